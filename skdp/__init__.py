@@ -1,0 +1,17 @@
+"""skdp: differentially private estimators for scikit-learn, with torch models behind skorch."""
+from .classifier import DPMomentumClassifier
+from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
+from .privacy import BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DPMomentumClassifier",
+    "BudgetExceededError",
+    "DPCompatibilityWarning",
+    "PrivacyLeakWarning",
+    "BudgetLedger",
+    "PrivacyAccountant",
+    "calibrate_noise_multiplier",
+    "compute_epsilon",
+]

@@ -1,0 +1,248 @@
+"""DPMomentumClassifier: DP-SGD with momentum (Abadi et al. 2016; the thesis's Algorithm 2)."""
+import math
+import numbers
+import warnings
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+
+from .exceptions import PrivacyLeakWarning
+from .nn import DPNet, build_module
+from .utils.validation import DPSGD_CONSTRAINTS, resolve_batch_size, warn_if_delta_too_large
+
+# skorch's routed parameter prefixes that the classifier passes through to its net.
+NET_PREFIXES = ("module__", "optimizer__", "criterion__", "callbacks__", "iterator_valid__")
+
+
+class DPNetEstimatorMixin:
+    """get/set_params for skorch-style ``prefix__name`` parameters kept beside the signature."""
+
+    def _net_kwargs(self):
+        return {k: v for k, v in vars(self).items() if k.startswith(NET_PREFIXES)}
+
+    def _store_net_kwargs(self, kwargs):
+        for key, value in kwargs.items():
+            if not key.startswith(NET_PREFIXES):
+                raise TypeError(
+                    f"{type(self).__name__} got an unexpected parameter {key!r}; extra parameters "
+                    f"must start with one of {NET_PREFIXES}."
+                )
+            setattr(self, key, value)
+
+    def get_params(self, deep=True):
+        params = super().get_params(deep=deep)
+        params.update(self._net_kwargs())
+        return params
+
+    def set_params(self, **params):
+        self._store_net_kwargs({k: params.pop(k) for k in list(params) if k.startswith(NET_PREFIXES)})
+        return super().set_params(**params)
+
+
+class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
+    """Classifier trained with differentially private SGD with momentum.
+
+    Lots are Poisson-sampled with expected size ``batch_size``; each example's
+    gradient is clipped to ``max_grad_norm``; Gaussian noise of standard
+    deviation ``noise_multiplier * max_grad_norm`` is added to the lot's sum;
+    the SGD-with-momentum update is post-processing. The noise is calibrated so
+    that the whole fit is (``epsilon``, ``delta``)-DP (add/remove-one-record
+    adjacency, RDP or PRV accounting).
+
+    Parameters
+    ----------
+    module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
+        "linear" is the thesis's single-layer network (softmax regression).
+        Constructor arguments go in ``module__*`` (e.g. ``module__hidden_sizes=(128,)``).
+    epsilon : float, default=1.0
+        Privacy budget of one fit. ``float("inf")`` trains with clipping and
+        no noise (not private; warns).
+    delta : float, default=1e-5
+    max_grad_norm : float, default=1.0
+        Per-example clipping bound C.
+    noise_multiplier : float or None, default=None
+        None: calibrated from ``epsilon``. Given: ``epsilon`` is ignored and the
+        spend is reported in ``epsilon_``.
+    momentum : float, default=0.9
+    lr : float, default=0.1
+    max_epochs : int, default=20
+    batch_size : int or "auto", default="auto"
+        Expected lot size. "auto" is about 4 * sqrt(n_samples).
+    accounting : {"rdp", "prv"}, default="rdp"
+    clipping : {"auto", "ghost", "vmap"}, default="auto"
+        Per-example clipping strategy of the engine.
+    classes : array-like or None, default=None
+        The public set of labels. None reads it from ``y`` (warns: the label set
+        of the private data is released).
+    image_shape : tuple (H, W) or None, default=None
+        Image size of flat input for ``module="cnn"``.
+    ledger : BudgetLedger or None, default=None
+        Charged before training; raises ``BudgetExceededError`` if overdrawn.
+    device : str, default="cpu"
+    callbacks : list or None, default=None
+        skorch callbacks (they see only noisy gradients and the train loss).
+    verbose : int, default=0
+        1 prints skorch's log each epoch, with the epsilon spent so far.
+    random_state : int, Generator or None, default=None
+    **kwargs
+        ``module__*``, ``optimizer__*``, ``criterion__*``, ``callbacks__*``.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    epsilon_ : float
+        Epsilon spent by the fit (certified by the accountant; <= ``epsilon``).
+    delta_ : float
+    noise_multiplier_ : float
+    sample_rate_ : float
+    n_steps_ : int
+    net_ : skdp.nn.DPNet
+        The fitted skorch net (``net_.history`` holds the training log).
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> X, y = load_digits(return_X_y=True)
+    >>> clf = DPMomentumClassifier(epsilon=1.0, classes=range(10), random_state=0)
+    >>> clf.fit(X / 16, y).epsilon_ <= 1.0
+    True
+    """
+
+    _parameter_constraints = {
+        **DPSGD_CONSTRAINTS,
+        "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
+        "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
+        "classes": [None, "array-like"],
+        "image_shape": [None, tuple],
+        "ledger": [None, HasMethods(["spend"])],
+        "device": [str, torch.device],
+        "callbacks": [None, list],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
+                 noise_multiplier=None, momentum=0.9, lr=0.1, max_epochs=20, batch_size="auto",
+                 accounting="rdp", clipping="auto", classes=None, image_shape=None, ledger=None,
+                 device="cpu", callbacks=None, verbose=0, random_state=None, **kwargs):
+        self.module = module
+        self.epsilon = epsilon
+        self.delta = delta
+        self.max_grad_norm = max_grad_norm
+        self.noise_multiplier = noise_multiplier
+        self.momentum = momentum
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.accounting = accounting
+        self.clipping = clipping
+        self.classes = classes
+        self.image_shape = image_shape
+        self.ledger = ledger
+        self.device = device
+        self.callbacks = callbacks
+        self.verbose = verbose
+        self.random_state = random_state
+        self._store_net_kwargs(kwargs)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = True
+        return tags
+
+    # -- validation --------------------------------------------------------------------------
+    def _validate_X(self, X, reset):
+        return validate_data(self, X, reset=reset, dtype=np.float32, allow_nd=True,
+                             ensure_min_samples=1)
+
+    def _encode_y(self, y):
+        y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        if self.classes is None:
+            classes = np.unique(y)
+            if len(classes) < 2:
+                raise ValueError(
+                    f"y contains only one class ({classes[0]!r}); {type(self).__name__} needs at "
+                    "least 2 classes."
+                )
+            warnings.warn(
+                "classes=None: the set of labels is read from the private y and released in "
+                "classes_; pass classes=[...] from public knowledge.",
+                PrivacyLeakWarning, stacklevel=3,
+            )
+        else:
+            classes = np.unique(np.asarray(self.classes))
+            if len(classes) < 2:
+                raise ValueError(f"classes must hold at least 2 labels, got {classes!r}.")
+            unknown = np.setdiff1d(np.unique(y), classes)
+            if len(unknown):
+                raise ValueError(f"y contains labels not in classes: {unknown[:5]!r}.")
+        return classes, np.searchsorted(classes, y).astype(np.int64)
+
+    # -- fit ---------------------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Train on private ``(X, y)``; spends (``epsilon``, ``delta``)."""
+        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=False,
+                             y_numeric=False, ensure_min_samples=1)
+        self.classes_, y_enc = self._encode_y(y)
+        n_samples = X.shape[0]
+        batch_size = resolve_batch_size(self.batch_size, n_samples)
+        warn_if_delta_too_large(self.delta, n_samples, type(self).__name__)
+        if X.ndim == 3:  # (n, H, W): one channel
+            X = X[:, None]
+        self.net_ = self._make_net(X.shape[1:], batch_size)
+        self.net_.fit(X, y_enc)
+        self.noise_multiplier_ = self.net_.noise_multiplier_
+        self.sample_rate_ = self.net_.sample_rate_
+        self.n_steps_ = self.net_.accountant_.n_steps
+        self.epsilon_ = self.net_.epsilon_spent()
+        self.delta_ = 0.0 if math.isinf(self.epsilon_) else float(self.delta)
+        return self
+
+    def _make_net(self, input_shape, batch_size):
+        kwargs = self._net_kwargs()
+        module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs)
+                         if k.startswith("module__")}
+        module = build_module(self.module, input_shape=input_shape, n_classes=len(self.classes_),
+                              image_shape=self.image_shape, **module_kwargs)
+        kwargs.setdefault("optimizer__momentum", self.momentum)
+        return DPNet(
+            module, epsilon=self.epsilon, delta=self.delta, max_grad_norm=self.max_grad_norm,
+            noise_multiplier=self.noise_multiplier, accounting=self.accounting,
+            clipping=self.clipping, ledger=self.ledger, random_state=self.random_state,
+            lr=self.lr, max_epochs=self.max_epochs, batch_size=batch_size, device=self.device,
+            callbacks=self.callbacks, verbose=self.verbose, iterator_valid__batch_size=1024,
+            **kwargs,
+        )
+
+    # -- predict -----------------------------------------------------------------------------
+    @property
+    def history_(self):
+        check_is_fitted(self)
+        return self.net_.history
+
+    def decision_function(self, X):
+        """Class logits (post-processing of the private model)."""
+        check_is_fitted(self)
+        X = self._validate_X(X, reset=False)
+        if X.ndim == 3:
+            X = X[:, None]
+        logits = self.net_.forward(X, training=False)
+        logits = logits.detach().cpu().numpy().astype(np.float64)
+        return logits[:, 1] - logits[:, 0] if len(self.classes_) == 2 else logits
+
+    def predict_proba(self, X):
+        check_is_fitted(self)
+        X = self._validate_X(X, reset=False)
+        if X.ndim == 3:
+            X = X[:, None]
+        logits = self.net_.forward(X, training=False)
+        return torch.softmax(logits.double(), dim=1).cpu().numpy()
+
+    def predict(self, X):
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

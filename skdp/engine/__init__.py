@@ -1,0 +1,8 @@
+"""The DP-SGD engine: per-example clipping, noise, Poisson lots."""
+from .dpsgd import CLIPPINGS, DPSGDEngine, make_clipper
+from .hooks import UnsupportedModelError
+from .layers import LAYER_RULES, register
+from .sampling import PoissonBatchSampler
+
+__all__ = ["CLIPPINGS", "DPSGDEngine", "make_clipper", "UnsupportedModelError",
+           "LAYER_RULES", "register", "PoissonBatchSampler"]

@@ -1,0 +1,45 @@
+"""The general fallback: per-example gradients by ``torch.func.vmap``.
+
+It covers any layer and any loss that torch.func can differentiate, including
+losses that differentiate the network itself (sliced score matching needs a
+Jacobian-vector product inside the loss). It builds a (batch x parameters)
+tensor, in chunks of ``chunk_size`` examples, so it is the slow path.
+"""
+import torch
+from torch.func import functional_call, grad, vmap
+
+
+class FunctionalClipper:
+    """Per-example clipping by vmap over per-example gradients."""
+
+    def __init__(self, module, chunk_size=64):
+        self.module = module
+        self.chunk_size = chunk_size
+
+    def remove(self):
+        pass
+
+    def clipped_sum(self, per_example_loss, inputs, max_grad_norm):
+        module = self.module
+        named = dict(module.named_parameters())
+        params = {k: p.detach() for k, p in named.items() if p.requires_grad}
+        frozen = {k: p.detach() for k, p in named.items() if not p.requires_grad}
+        buffers = dict(module.named_buffers())
+
+        def one_loss(params, *example):
+            batch = tuple(t.unsqueeze(0) for t in example)
+
+            def forward(*args, **kwargs):
+                return functional_call(module, ({**params, **frozen}, buffers), args, kwargs)
+
+            loss = per_example_loss(forward, *batch)[0]
+            return loss, loss.detach()
+
+        per_example_grad = vmap(grad(one_loss, has_aux=True), in_dims=(None,) + (0,) * len(inputs),
+                                chunk_size=self.chunk_size)
+        grads, losses = per_example_grad(params, *inputs)
+        flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1)
+        norms = flat.norm(dim=1)
+        scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        out = [(named[k], torch.tensordot(scale, g, dims=1)) for k, g in grads.items()]
+        return losses, out, norms

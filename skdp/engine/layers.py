@@ -1,0 +1,136 @@
+"""Per-layer rules for per-example gradient norms and clipped gradient sums.
+
+A rule sees one layer's input activations ``a`` and the gradient of the summed
+per-example losses with respect to the layer's output ``g`` (both with the
+batch first). It returns the per-example squared gradient norm of the layer's
+trainable parameters and a function that, given per-example clipping factors,
+returns the clipped sum of their gradients. Nothing of size (batch x
+parameters) is built unless that is the cheaper way (mixed ghost clipping).
+
+Register a rule for a new layer type with ``@register(LayerType)``.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LAYER_RULES = {}
+
+
+def register(*layer_types):
+    def deco(fn):
+        for t in layer_types:
+            LAYER_RULES[t] = fn
+        return fn
+    return deco
+
+
+def rule_for(module):
+    """The rule for ``module``'s type, or None when the layer is not supported."""
+    rule = LAYER_RULES.get(type(module))
+    if rule is conv2d_rule and (isinstance(module.padding, str) or module.padding_mode != "zeros"):
+        return None
+    return rule
+
+
+def _trainable(param):
+    return param is not None and param.requires_grad
+
+
+def _ghost_is_cheaper(T, d, p):
+    # Ghost norm costs ~T^2 (d + p) per example, the per-example gradient ~T d p.
+    return T * T * (d + p) < T * d * p
+
+
+@register(nn.Linear)
+def linear_rule(module, a, g):
+    B, d, p = a.shape[0], a.shape[-1], g.shape[-1]
+    use_w, use_b = _trainable(module.weight), _trainable(module.bias)
+    norm_sq = a.new_zeros(B)
+    if a.dim() == 2:
+        g_sq = g.pow(2).sum(1)
+        if use_w:
+            norm_sq += a.pow(2).sum(1) * g_sq  # ||a g^T||_F = ||a|| ||g|| for one token
+        if use_b:
+            norm_sq += g_sq
+        a2, g2 = a, g
+    else:
+        a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
+        if use_w:
+            if _ghost_is_cheaper(a3.shape[1], d, p):
+                norm_sq += (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(g3, g3.transpose(1, 2))).sum((1, 2))
+            else:
+                norm_sq += torch.einsum("btp,btd->bpd", g3, a3).pow(2).sum((1, 2))
+        if use_b:
+            norm_sq += g3.sum(1).pow(2).sum(1)
+        a2, g2 = a3, g3
+
+    def clipped(scale):
+        gs = g2 * scale.view(-1, *([1] * (g2.dim() - 1)))
+        out = []
+        if use_w:
+            out.append((module.weight, gs.reshape(-1, p).t() @ a2.reshape(-1, d)))
+        if use_b:
+            out.append((module.bias, gs.reshape(-1, p).sum(0)))
+        return out
+
+    return norm_sq, clipped
+
+
+@register(nn.Conv2d)
+def conv2d_rule(module, a, g):
+    B, G = a.shape[0], module.groups
+    use_w, use_b = _trainable(module.weight), _trainable(module.bias)
+    O = g.shape[1]
+    g_flat = g.reshape(B, O, -1)                      # (B, O, T)
+    norm_sq = a.new_zeros(B)
+    per_example = None
+    if use_w:
+        cols = F.unfold(a, module.kernel_size, dilation=module.dilation,
+                        padding=module.padding, stride=module.stride)  # (B, D*G, T)
+        T = cols.shape[-1]
+        cols = cols.reshape(B, G, -1, T)
+        gg = g_flat.reshape(B, G, O // G, T)
+        D, P = cols.shape[2], gg.shape[2]
+        if _ghost_is_cheaper(T, D, P):
+            aa = torch.einsum("bgdt,bgds->bgts", cols, cols)
+            gg2 = torch.einsum("bgot,bgos->bgts", gg, gg)
+            norm_sq += (aa * gg2).sum((1, 2, 3))
+        else:
+            per_example = torch.einsum("bgot,bgdt->bgod", gg, cols)  # (B, G, O/G, D)
+            norm_sq += per_example.pow(2).sum((1, 2, 3))
+    if use_b:
+        g_bias = g_flat.sum(2)
+        norm_sq += g_bias.pow(2).sum(1)
+
+    def clipped(scale):
+        out = []
+        if use_w:
+            if per_example is not None:
+                w = torch.einsum("b,bgod->god", scale, per_example).reshape(module.weight.shape)
+            else:
+                w = torch.nn.grad.conv2d_weight(a, module.weight.shape, g * scale.view(-1, 1, 1, 1),
+                                                module.stride, module.padding, module.dilation, G)
+            out.append((module.weight, w))
+        if use_b:
+            out.append((module.bias, scale @ g_bias))
+        return out
+
+    return norm_sq, clipped
+
+
+@register(nn.PReLU)
+def prelu_rule(module, a, g):
+    B = a.shape[0]
+    contrib = g * a.clamp(max=0)
+    if module.weight.numel() == 1:
+        per_example = contrib.reshape(B, 1, -1).sum(2)
+    else:  # one slope per channel (dim 1)
+        per_example = contrib.reshape(B, a.shape[1], -1).sum(2)
+    norm_sq = per_example.pow(2).sum(1) if _trainable(module.weight) else a.new_zeros(B)
+
+    def clipped(scale):
+        if not _trainable(module.weight):
+            return []
+        return [(module.weight, (scale @ per_example).reshape(module.weight.shape))]
+
+    return norm_sq, clipped

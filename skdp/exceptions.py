@@ -1,0 +1,18 @@
+"""Warnings and errors that carry privacy meaning."""
+
+
+class PrivacyLeakWarning(RuntimeWarning):
+    """A privacy-relevant value was taken from the data, or a guarantee is not certified.
+
+    Raised, for example, when bounds are read off the private data, when
+    ``delta >= 1 / n_samples``, when noise is switched off (``epsilon=inf``) or
+    when a method from a paper is run in its uncertified, faithful form.
+    """
+
+
+class DPCompatibilityWarning(RuntimeWarning):
+    """A scikit-learn option was ignored because it would break the DP guarantee."""
+
+
+class BudgetExceededError(ValueError):
+    """A fit would spend more privacy budget than its ledger has left."""

@@ -1,0 +1,81 @@
+"""Default networks. Inputs may be flat ``(n, features)`` or images ``(n, C, H, W)``."""
+import math
+
+import torch
+from torch import nn
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+
+
+class SoftmaxRegression(nn.Module):
+    """The thesis's single-layer network: one linear layer to class logits."""
+
+    def __init__(self, input_dim, n_classes):
+        super().__init__()
+        self.linear = nn.Linear(input_dim, n_classes)
+
+    def forward(self, X):
+        return self.linear(X.flatten(1))
+
+
+class MLP(nn.Module):
+    """Fully connected network with ``hidden_sizes`` hidden layers."""
+
+    def __init__(self, input_dim, n_classes, hidden_sizes=(256,), activation="tanh"):
+        super().__init__()
+        layers, width = [], input_dim
+        for h in hidden_sizes:
+            layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]
+            width = h
+        layers.append(nn.Linear(width, n_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, X):
+        return self.net(X.flatten(1))
+
+
+class SmallCNN(nn.Module):
+    """Two conv-activation-pool blocks and a linear head (no BatchNorm: it mixes examples)."""
+
+    def __init__(self, n_classes, image_shape, in_channels=1, channels=(16, 32), activation="tanh"):
+        super().__init__()
+        self.image_shape = tuple(image_shape)
+        self.in_channels = in_channels
+        layers, c = [], in_channels
+        h, w = self.image_shape
+        for out_c in channels:
+            layers += [nn.Conv2d(c, out_c, 3, padding=1), ACTIVATIONS[activation](), nn.AvgPool2d(2)]
+            c, h, w = out_c, h // 2, w // 2
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c * h * w, n_classes)
+
+    def forward(self, X):
+        if X.dim() == 2:
+            X = X.view(X.shape[0], self.in_channels, *self.image_shape)
+        return self.head(self.features(X).flatten(1))
+
+
+MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": SmallCNN}
+
+
+def build_module(module, *, input_shape, n_classes, image_shape=None, **kwargs):
+    """Instantiate ``module`` (a name in ``MODULES``, a class, or an instance)."""
+    if isinstance(module, nn.Module):
+        return module
+    if isinstance(module, str):
+        cls = MODULES[module]
+    else:
+        cls = module
+    if cls is SmallCNN:
+        if len(input_shape) == 3:  # (C, H, W) given
+            kwargs.setdefault("in_channels", input_shape[0])
+            image_shape = image_shape or input_shape[1:]
+        if image_shape is None:
+            side = int(math.isqrt(int(input_shape[0])))
+            if side * side != input_shape[0]:
+                raise ValueError("module='cnn' needs image_shape=(H, W) for non-square flat input.")
+            image_shape = (side, side)
+        return cls(n_classes=n_classes, image_shape=image_shape, **kwargs)
+    if cls in (SoftmaxRegression, MLP):
+        return cls(input_dim=int(torch.tensor(input_shape).prod()), n_classes=n_classes, **kwargs)
+    return cls(**kwargs)

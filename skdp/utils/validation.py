@@ -1,0 +1,48 @@
+"""Validation helpers shared by skdp estimators."""
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..exceptions import PrivacyLeakWarning
+
+# Constraints that every DP estimator spells the same way (scikit-learn's validation grammar).
+PRIVACY_CONSTRAINTS = {
+    "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+    "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
+    "random_state": ["random_state", np.random.Generator],
+}
+DPSGD_CONSTRAINTS = {
+    **PRIVACY_CONSTRAINTS,
+    "max_grad_norm": [Interval(numbers.Real, 0, None, closed="neither")],
+    "noise_multiplier": [None, Interval(numbers.Real, 0, None, closed="left")],
+    "accounting": [StrOptions({"rdp", "prv"})],
+    "clipping": [StrOptions({"auto", "ghost", "vmap"})],
+    "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+    "lr": [Interval(numbers.Real, 0, None, closed="neither")],
+    "batch_size": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
+}
+
+
+def warn_if_delta_too_large(delta, n_samples, owner):
+    """delta >= 1/n permits releasing a whole record; allowed, but said aloud."""
+    if delta >= 1.0 / n_samples:
+        warnings.warn(
+            f"{owner}: delta={delta:g} >= 1/n_samples={1.0 / n_samples:.3g}; a mechanism with this "
+            "delta may publish a record outright. Use delta well below 1/n_samples.",
+            PrivacyLeakWarning,
+            stacklevel=3,
+        )
+
+
+def resolve_batch_size(batch_size, n_samples):
+    """Expected lot size: ``"auto"`` -> about sqrt(n) * 4, capped by n; an int must not exceed n."""
+    if batch_size == "auto":
+        return int(min(n_samples, max(16, round(4 * np.sqrt(n_samples)))))
+    if batch_size > n_samples:
+        raise ValueError(
+            f"batch_size={batch_size} is larger than the number of samples ({n_samples}); "
+            "batch_size is the expected Poisson lot size and must be <= n_samples."
+        )
+    return int(batch_size)
