@@ -11,7 +11,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .exceptions import PrivacyLeakWarning
-from .nn import DPNet, build_module
+from .nn import DPNet, module_spec
 from .utils.validation import DPSGD_CONSTRAINTS, resolve_batch_size, warn_if_delta_too_large
 
 # skorch's routed parameter prefixes that the classifier passes through to its net.
@@ -22,16 +22,23 @@ class DPNetEstimatorMixin:
     """get/set_params for skorch-style ``prefix__name`` parameters kept beside the signature."""
 
     def _net_kwargs(self):
-        return {k: v for k, v in vars(self).items() if k.startswith(NET_PREFIXES)}
+        return {k: getattr(self, k) for k in getattr(self, "_extra_params", ())
+                if k.startswith(NET_PREFIXES)}
 
     def _store_net_kwargs(self, kwargs):
+        # Stored as given (scikit-learn validates in fit, never in __init__).
         for key, value in kwargs.items():
+            setattr(self, key, value)
+        self._extra_params = tuple(getattr(self, "_extra_params", ())) + tuple(
+            k for k in kwargs if k not in getattr(self, "_extra_params", ()))
+
+    def _check_net_kwargs(self):
+        for key in getattr(self, "_extra_params", ()):
             if not key.startswith(NET_PREFIXES):
                 raise TypeError(
                     f"{type(self).__name__} got an unexpected parameter {key!r}; extra parameters "
                     f"must start with one of {NET_PREFIXES}."
                 )
-            setattr(self, key, value)
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)
@@ -40,6 +47,8 @@ class DPNetEstimatorMixin:
 
     def set_params(self, **params):
         self._store_net_kwargs({k: params.pop(k) for k in list(params) if k.startswith(NET_PREFIXES)})
+        if not params:
+            return self
         return super().set_params(**params)
 
 
@@ -187,6 +196,7 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Train on private ``(X, y)``; spends (``epsilon``, ``delta``)."""
+        self._check_net_kwargs()
         X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=False,
                              y_numeric=False, ensure_min_samples=1)
         self.classes_, y_enc = self._encode_y(y)
@@ -208,8 +218,10 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         kwargs = self._net_kwargs()
         module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs)
                          if k.startswith("module__")}
-        module = build_module(self.module, input_shape=input_shape, n_classes=len(self.classes_),
-                              image_shape=self.image_shape, **module_kwargs)
+        module, module_kwargs = module_spec(self.module, input_shape=input_shape,
+                                            n_classes=len(self.classes_),
+                                            image_shape=self.image_shape, **module_kwargs)
+        kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
         return DPNet(
             module, epsilon=self.epsilon, delta=self.delta, max_grad_norm=self.max_grad_norm,
@@ -245,4 +257,5 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         return torch.softmax(logits.double(), dim=1).cpu().numpy()
 
     def predict(self, X):
+        check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

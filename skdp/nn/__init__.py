@@ -1,7 +1,7 @@
 """torch modules and the skorch net that trains them with DP-SGD."""
 from .init import init_parameters, register_init
-from .modules import MLP, MODULES, SmallCNN, SoftmaxRegression, build_module
+from .modules import MLP, MODULES, SmallCNN, SoftmaxRegression, module_spec
 from .net import DPNet, EpsilonLogger
 
 __all__ = ["DPNet", "EpsilonLogger", "MLP", "MODULES", "SmallCNN", "SoftmaxRegression",
-           "build_module", "init_parameters", "register_init"]
+           "module_spec", "init_parameters", "register_init"]

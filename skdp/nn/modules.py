@@ -1,7 +1,8 @@
 """Default networks. Inputs may be flat ``(n, features)`` or images ``(n, C, H, W)``."""
 import math
 
-import torch
+import numpy as np
+
 from torch import nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
@@ -58,14 +59,13 @@ class SmallCNN(nn.Module):
 MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": SmallCNN}
 
 
-def build_module(module, *, input_shape, n_classes, image_shape=None, **kwargs):
-    """Instantiate ``module`` (a name in ``MODULES``, a class, or an instance)."""
+def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
+    """``(module, kwargs)`` for DPNet: a module name is resolved to its class and the
+    data-dependent constructor arguments (input size, classes, image shape) are filled in.
+    An instance is returned as it is."""
     if isinstance(module, nn.Module):
-        return module
-    if isinstance(module, str):
-        cls = MODULES[module]
-    else:
-        cls = module
+        return module, {}
+    cls = MODULES[module] if isinstance(module, str) else module
     if cls is SmallCNN:
         if len(input_shape) == 3:  # (C, H, W) given
             kwargs.setdefault("in_channels", input_shape[0])
@@ -75,7 +75,9 @@ def build_module(module, *, input_shape, n_classes, image_shape=None, **kwargs):
             if side * side != input_shape[0]:
                 raise ValueError("module='cnn' needs image_shape=(H, W) for non-square flat input.")
             image_shape = (side, side)
-        return cls(n_classes=n_classes, image_shape=image_shape, **kwargs)
+        elif len(input_shape) == 1 and int(np.prod(image_shape)) * kwargs.get("in_channels", 1) != input_shape[0]:
+            raise ValueError(f"image_shape={tuple(image_shape)} does not match {input_shape[0]} features.")
+        return cls, {"n_classes": n_classes, "image_shape": tuple(image_shape), **kwargs}
     if cls in (SoftmaxRegression, MLP):
-        return cls(input_dim=int(torch.tensor(input_shape).prod()), n_classes=n_classes, **kwargs)
-    return cls(**kwargs)
+        return cls, {"input_dim": int(np.prod(input_shape)), "n_classes": n_classes, **kwargs}
+    return cls, kwargs

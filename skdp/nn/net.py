@@ -13,6 +13,7 @@ Privacy is planned before the first step: the noise multiplier is calibrated
 from ``(epsilon, delta)`` for the exact number of lots, the ledger is charged,
 and only then is data touched.
 """
+import copy
 import math
 import warnings
 
@@ -118,9 +119,21 @@ class DPNet(NeuralNet):
         return super().initialize()
 
     def initialize_module(self):
-        super().initialize_module()
-        if not isinstance(self.module, torch.nn.Module):  # never re-initialise a module the user built
-            init_parameters(self.module_, torch_generator(self.rng_))
+        """Build the module without touching torch's global generator, then initialise it.
+
+        A module class is built under ``fork_rng`` (the global state is restored, so
+        the user's stream is left as found) and re-initialised from the fit's own
+        generator. A module instance is taken as starting weights (e.g. publicly
+        pre-trained) and deep-copied, so that every fit starts from the same weights.
+        """
+        kwargs = self.get_params_for("module")
+        if isinstance(self.module, torch.nn.Module):
+            module = copy.deepcopy(self.module) if not kwargs else type(self.module)(**kwargs)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                module = self.module(**kwargs)
+            init_parameters(module, torch_generator(self.rng_))
+        self.module_ = module.to(self.device)
         return self
 
     # ---- privacy plan -------------------------------------------------------------------
@@ -170,7 +183,11 @@ class DPNet(NeuralNet):
     # ---- the DP step --------------------------------------------------------------------
     def get_iterator(self, dataset, training=False):
         if not training:
-            return super().get_iterator(dataset, training=False)
+            # Sequential chunks; torch's DataLoader would draw a seed from the global generator.
+            batch_size = self.get_params_for("iterator_valid").get("batch_size", self.batch_size)
+            n = len(dataset)
+            batch_size = n if batch_size in (-1, None) else batch_size
+            return _LotLoader(dataset, [np.arange(i, min(i + batch_size, n)) for i in range(0, n, batch_size)])
         sampler = PoissonBatchSampler(len(dataset), self.sample_rate_, self.n_batches_, self.rng_)
         return _LotLoader(dataset, sampler)
 

@@ -1,15 +1,16 @@
 """Validation helpers shared by skdp estimators."""
+import math
 import numbers
 import warnings
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval, Options, StrOptions
 
 from ..exceptions import PrivacyLeakWarning
 
 # Constraints that every DP estimator spells the same way (scikit-learn's validation grammar).
 PRIVACY_CONSTRAINTS = {
-    "epsilon": [Interval(numbers.Real, 0, None, closed="neither")],
+    "epsilon": [Interval(numbers.Real, 0, None, closed="neither"), Options(numbers.Real, {math.inf})],
     "delta": [Interval(numbers.Real, 0, 1, closed="neither")],
     "random_state": ["random_state", np.random.Generator],
 }

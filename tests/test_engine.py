@@ -1,0 +1,164 @@
+import numpy as np
+import pytest
+import torch
+from scipy.stats import beta
+from torch import nn
+
+from skdp import compute_epsilon
+from skdp.engine import DPSGDEngine, PoissonBatchSampler, make_clipper
+from skdp.engine.functional import FunctionalClipper
+from skdp.engine.hooks import HookClipper
+from skdp.engine.layers import _ghost_is_cheaper
+
+
+def ce_loss(forward, X, y):
+    return nn.functional.cross_entropy(forward(X), y, reduction="none")
+
+
+def naive_clipped_sum(model, X, y, C):
+    """Reference: one backward per example, clip, sum."""
+    total = [torch.zeros_like(p) for p in model.parameters()]
+    norms = []
+    for i in range(len(X)):
+        model.zero_grad()
+        nn.functional.cross_entropy(model(X[i:i + 1]), y[i:i + 1], reduction="sum").backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+        norms.append(norm)
+        for t, g in zip(total, grads):
+            t += g * min(1.0, C / (norm.item() + 1e-6))
+    return total, torch.stack(norms)
+
+
+def models():
+    g = torch.Generator().manual_seed(0)
+    return {
+        "mlp": (nn.Sequential(nn.Linear(20, 16), nn.Tanh(), nn.Linear(16, 4)), torch.randn(12, 20, generator=g)),
+        "cnn_grouped_prelu": (nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.PReLU(4),
+                                            nn.Conv2d(4, 6, 3, stride=2, groups=2), nn.ReLU(),
+                                            nn.Flatten(), nn.Linear(54, 4)), torch.randn(12, 1, 8, 8, generator=g)),
+        # 2x2 maps with 16 channels: the ghost norm is cheaper than per-example gradients here.
+        "cnn_ghost_branch": (nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.Flatten(), nn.Linear(64, 4)),
+                             torch.randn(12, 16, 2, 2, generator=g)),
+        "linear_on_sequence": (nn.Sequential(nn.Linear(5, 7), nn.Flatten(), nn.Linear(21, 4)),
+                               torch.randn(12, 3, 5, generator=g)),
+        "layernorm_fallback": (nn.Sequential(nn.Linear(5, 7), nn.LayerNorm(7), nn.Linear(7, 4)),
+                               torch.randn(12, 5, generator=g)),
+    }
+
+
+@pytest.mark.parametrize("name", list(models()))
+@pytest.mark.parametrize("clipping", ["auto", "vmap"])
+def test_clipped_sum_matches_per_example_reference(name, clipping):
+    model, X = models()[name]
+    y = torch.arange(12) % 4
+    ref, ref_norms = naive_clipped_sum(model, X, y, C=0.5)
+    clipper = make_clipper(model, clipping)
+    losses, pairs, norms = clipper.clipped_sum(ce_loss, (X, y), 0.5)
+    clipper.remove()
+    got = {id(p): g for p, g in pairs}
+    for p, r in zip(model.parameters(), ref):
+        torch.testing.assert_close(got[id(p)], r, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(norms, ref_norms, atol=1e-4, rtol=1e-4)
+    assert losses.shape == (12,)
+
+
+def test_auto_clipping_uses_hooks_where_it_can():
+    model, _ = models()["cnn_grouped_prelu"]
+    assert isinstance(make_clipper(model, "auto"), HookClipper)
+    model, _ = models()["layernorm_fallback"]
+    assert isinstance(make_clipper(model, "auto"), FunctionalClipper)
+    assert _ghost_is_cheaper(4, 144, 16) and not _ghost_is_cheaper(784, 9, 16)
+
+
+def test_shared_layer_is_refused_by_hooks():
+    lin = nn.Linear(4, 4)
+    model = nn.Sequential(lin, nn.Tanh(), lin)
+    clipper = HookClipper(model)
+    with pytest.raises(TypeError, match="twice"):
+        clipper.clipped_sum(ce_loss, (torch.randn(3, 4), torch.tensor([0, 1, 2])), 1.0)
+
+
+def _engine(model, sigma, L=10, seed=0):
+    return DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=sigma, expected_batch_size=L,
+                       generator=torch.Generator().manual_seed(seed))
+
+
+def test_empty_lot_is_pure_noise_with_the_right_scale():
+    model = nn.Linear(50, 40)
+    engine = _engine(model, sigma=2.0, L=10)
+    engine.private_gradients(ce_loss, (torch.zeros(0, 50), torch.zeros(0, dtype=torch.long)))
+    noise = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert noise.std().item() == pytest.approx(2.0 * 1.0 / 10, rel=0.05)
+    assert abs(noise.mean().item()) < 0.01
+
+
+def test_no_noise_gives_the_clipped_mean_and_same_seed_same_noise():
+    model, X = models()["mlp"]
+    y = torch.arange(12) % 4
+    ref, _ = naive_clipped_sum(model, X, y, C=1.0)
+    _engine(model, sigma=0.0, L=12).private_gradients(ce_loss, (X, y))
+    for p, r in zip(model.parameters(), ref):
+        torch.testing.assert_close(p.grad, r / 12, atol=1e-6, rtol=1e-5)
+    _engine(model, sigma=1.0, L=12, seed=5).private_gradients(ce_loss, (X, y))
+    first = [p.grad.clone() for p in model.parameters()]
+    _engine(model, sigma=1.0, L=12, seed=5).private_gradients(ce_loss, (X, y))
+    assert all(torch.equal(a, p.grad) for a, p in zip(first, model.parameters()))
+
+
+def test_poisson_sampler_rate_and_empty_lots():
+    sampler = PoissonBatchSampler(1000, 0.05, 400, np.random.default_rng(0))
+    sizes = [len(b) for b in sampler]
+    assert len(sizes) == 400
+    assert np.mean(sizes) == pytest.approx(50, rel=0.05)
+    assert np.var(sizes) == pytest.approx(1000 * 0.05 * 0.95, rel=0.25)  # binomial, not fixed size
+    tiny = PoissonBatchSampler(5, 0.1, 200, np.random.default_rng(1))
+    assert any(len(b) == 0 for b in tiny)
+
+
+# ---- a distinguishing audit of one DP-SGD step, and its twin with the noise removed -----------
+def _single_step_epsilon_lower_bound(noise_multiplier, n_runs=1500, delta=1e-5, alpha=0.05):
+    """Lower bound on the epsilon of one full-lot step from a threshold test on D vs D + canary."""
+    g = torch.Generator().manual_seed(123)
+    X = torch.randn(20, 5, generator=g)
+    y = torch.randint(0, 2, (20,), generator=g)
+    canary_X, canary_y = 50 * torch.ones(1, 5), torch.tensor([0])
+    model = nn.Linear(5, 2)
+    nn.init.zeros_(model.weight)  # a fixed model on which the canary's gradient is not saturated
+    nn.init.zeros_(model.bias)
+
+    def release(X, y, seed):
+        engine = _engine(model, noise_multiplier, L=20, seed=seed)
+        engine.private_gradients(ce_loss, (X, y))
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    direction = release(torch.cat([X, canary_X]), torch.cat([y, canary_y]), 0) - release(X, y, 0) \
+        if noise_multiplier == 0 else None
+    if direction is None:  # the noiseless difference is the canary's clipped gradient
+        e0 = _engine(model, 0.0, L=20)
+        e0.private_gradients(ce_loss, (canary_X, canary_y))
+        direction = torch.cat([p.grad.flatten() for p in model.parameters()])
+    s0 = np.array([release(X, y, 1000 + i) @ direction for i in range(n_runs)])
+    s1 = np.array([release(torch.cat([X, canary_X]), torch.cat([y, canary_y]), 5000 + i) @ direction
+                   for i in range(n_runs)])
+    best = 0.0
+    for thr in np.quantile(np.concatenate([s0, s1]), np.linspace(0.5, 0.999, 40)):
+        k0, k1 = int((s0 > thr).sum()), int((s1 > thr).sum())
+        fpr_hi = beta.ppf(1 - alpha / 2, k0 + 1, n_runs - k0) if k0 < n_runs else 1.0
+        tpr_lo = beta.ppf(alpha / 2, k1, n_runs - k1 + 1) if k1 > 0 else 0.0
+        if tpr_lo - delta > 0:
+            best = max(best, float(np.log((tpr_lo - delta) / fpr_hi)))
+    return best
+
+
+CLAIMED_SIGMA = 3.0
+CLAIMED_EPS = compute_epsilon(CLAIMED_SIGMA, 1.0, 1, 1e-5)
+
+
+def test_one_step_leakage_stays_below_the_claim():
+    assert _single_step_epsilon_lower_bound(CLAIMED_SIGMA) <= CLAIMED_EPS
+
+
+def test_one_step_audit_catches_missing_noise():
+    # Twin of the test above: with the noise removed the same audit must refute the claim.
+    assert _single_step_epsilon_lower_bound(0.0) > CLAIMED_EPS
