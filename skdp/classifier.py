@@ -238,23 +238,20 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return self.net_.history
 
-    def decision_function(self, X):
-        """Class logits (post-processing of the private model)."""
+    def _logits(self, X):
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
         if X.ndim == 3:
             X = X[:, None]
-        logits = self.net_.forward(X, training=False)
-        logits = logits.detach().cpu().numpy().astype(np.float64)
+        return self.net_.forward(X, training=False).double()
+
+    def decision_function(self, X):
+        """Class logits (post-processing of the private model)."""
+        logits = self._logits(X).cpu().numpy()
         return logits[:, 1] - logits[:, 0] if len(self.classes_) == 2 else logits
 
     def predict_proba(self, X):
-        check_is_fitted(self)
-        X = self._validate_X(X, reset=False)
-        if X.ndim == 3:
-            X = X[:, None]
-        logits = self.net_.forward(X, training=False)
-        return torch.softmax(logits.double(), dim=1).cpu().numpy()
+        return torch.softmax(self._logits(X), dim=1).cpu().numpy()
 
     def predict(self, X):
         check_is_fitted(self)

@@ -159,3 +159,15 @@ def test_bad_input_is_refused_clearly_and_arrays_are_untouched(params, X, y, mat
     assert not hasattr(clf, "net_")
     np.testing.assert_array_equal(X, X_before)
     np.testing.assert_array_equal(y, y_before)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_fits_and_predicts_on_cuda(digits):
+    Xtr, Xte, ytr, yte = digits
+    for module in ("linear", "cnn"):
+        clf = DPMomentumClassifier(module=module, device="cuda", max_epochs=3, classes=range(10),
+                                   random_state=0).fit(Xtr, ytr)
+        assert next(clf.net_.module_.parameters()).is_cuda
+        assert clf.predict(Xte).shape == yte.shape and clf.epsilon_ <= 1.0
+        restored = pickle.loads(pickle.dumps(clf))
+        assert np.array_equal(restored.predict(Xte), clf.predict(Xte))
