@@ -1,5 +1,7 @@
 """skdp: differentially private estimators for scikit-learn, with torch models behind skorch."""
 from .classifier import DPMomentumClassifier
+from .discriminant import DPFisherClassifier
+from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
 from .privacy import BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 
@@ -7,6 +9,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DPMomentumClassifier",
+    "DPFisherClassifier",
+    "DPFisherSelector",
+    "DFSRelease",
+    "TTestSelector",
     "BudgetExceededError",
     "DPCompatibilityWarning",
     "PrivacyLeakWarning",

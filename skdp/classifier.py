@@ -1,18 +1,16 @@
 """DPMomentumClassifier: DP-SGD with momentum (Abadi et al. 2016; the thesis's Algorithm 2)."""
 import math
 import numbers
-import warnings
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .exceptions import PrivacyLeakWarning
 from .nn import DPNet, module_spec
-from .utils.validation import DPSGD_CONSTRAINTS, resolve_batch_size, warn_if_delta_too_large
+from .utils.validation import (DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size,
+                               warn_if_delta_too_large)
 
 # skorch's routed parameter prefixes that the classifier passes through to its net.
 NET_PREFIXES = ("module__", "optimizer__", "criterion__", "callbacks__", "iterator_valid__")
@@ -168,30 +166,6 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         return validate_data(self, X, reset=reset, dtype=np.float32, allow_nd=True,
                              ensure_min_samples=1)
 
-    def _encode_y(self, y):
-        y = column_or_1d(y, warn=True)
-        check_classification_targets(y)
-        if self.classes is None:
-            classes = np.unique(y)
-            if len(classes) < 2:
-                raise ValueError(
-                    f"y contains only one class ({classes[0]!r}); {type(self).__name__} needs at "
-                    "least 2 classes."
-                )
-            warnings.warn(
-                "classes=None: the set of labels is read from the private y and released in "
-                "classes_; pass classes=[...] from public knowledge.",
-                PrivacyLeakWarning, stacklevel=3,
-            )
-        else:
-            classes = np.unique(np.asarray(self.classes))
-            if len(classes) < 2:
-                raise ValueError(f"classes must hold at least 2 labels, got {classes!r}.")
-            unknown = np.setdiff1d(np.unique(y), classes)
-            if len(unknown):
-                raise ValueError(f"y contains labels not in classes: {unknown[:5]!r}.")
-        return classes, np.searchsorted(classes, y).astype(np.int64)
-
     # -- fit ---------------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -199,7 +173,7 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         self._check_net_kwargs()
         X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=False,
                              y_numeric=False, ensure_min_samples=1)
-        self.classes_, y_enc = self._encode_y(y)
+        self.classes_, y_enc = encode_labels(self.classes, y, type(self).__name__)
         n_samples = X.shape[0]
         batch_size = resolve_batch_size(self.batch_size, n_samples)
         warn_if_delta_too_large(self.delta, n_samples, type(self).__name__)

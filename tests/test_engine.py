@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 import torch
-from scipy.stats import beta
 from torch import nn
 
 from skdp import compute_epsilon
+from skdp.audit import epsilon_lower_bound
 from skdp.engine import DPSGDEngine, PoissonBatchSampler, make_clipper
 from skdp.engine.functional import FunctionalClipper
 from skdp.engine.hooks import HookClipper
@@ -141,14 +141,7 @@ def _single_step_epsilon_lower_bound(noise_multiplier, n_runs=1500, delta=1e-5, 
     s0 = np.array([release(X, y, 1000 + i) @ direction for i in range(n_runs)])
     s1 = np.array([release(torch.cat([X, canary_X]), torch.cat([y, canary_y]), 5000 + i) @ direction
                    for i in range(n_runs)])
-    best = 0.0
-    for thr in np.quantile(np.concatenate([s0, s1]), np.linspace(0.5, 0.999, 40)):
-        k0, k1 = int((s0 > thr).sum()), int((s1 > thr).sum())
-        fpr_hi = beta.ppf(1 - alpha / 2, k0 + 1, n_runs - k0) if k0 < n_runs else 1.0
-        tpr_lo = beta.ppf(alpha / 2, k1, n_runs - k1 + 1) if k1 > 0 else 0.0
-        if tpr_lo - delta > 0:
-            best = max(best, float(np.log((tpr_lo - delta) / fpr_hi)))
-    return best
+    return epsilon_lower_bound(s0, s1, delta, confidence=1 - alpha)
 
 
 CLAIMED_SIGMA = 3.0

@@ -5,6 +5,8 @@ import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, Options, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
 
 from ..exceptions import PrivacyLeakWarning
 
@@ -47,3 +49,30 @@ def resolve_batch_size(batch_size, n_samples):
             "batch_size is the expected Poisson lot size and must be <= n_samples."
         )
     return int(batch_size)
+
+
+def encode_labels(classes, y, owner):
+    """``(classes_, codes)`` for ``y``: the public label set if given, else ``y``'s (warns).
+
+    The label set of private data is itself private (a rare label names its
+    holder), so reading it from ``y`` warns with ``PrivacyLeakWarning``.
+    """
+    y = column_or_1d(y, warn=True)
+    check_classification_targets(y)
+    if classes is None:
+        found = np.unique(y)
+        if len(found) < 2:
+            raise ValueError(f"y contains only one class ({found[0]!r}); {owner} needs at least 2 classes.")
+        warnings.warn(
+            "classes=None: the set of labels is read from the private y and released in "
+            "classes_; pass classes=[...] from public knowledge.",
+            PrivacyLeakWarning, stacklevel=3,
+        )
+        return found, np.searchsorted(found, y).astype(np.int64)
+    found = np.unique(np.asarray(classes))
+    if len(found) < 2:
+        raise ValueError(f"classes must hold at least 2 labels, got {found!r}.")
+    unknown = np.setdiff1d(np.unique(y), found)
+    if len(unknown):
+        raise ValueError(f"y contains labels not in classes: {unknown[:5]!r}.")
+    return found, np.searchsorted(found, y).astype(np.int64)

@@ -1,0 +1,191 @@
+"""DFSRelease: Algorithm 1 in full, selection then a noisy release of the kept features."""
+import math
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..exceptions import PrivacyLeakWarning
+from ..mechanisms import analytic_gaussian_sigma
+from ..utils.bounds import apply_bounds
+from ..utils.random import make_rng
+from ..utils.validation import PRIVACY_CONSTRAINTS
+from ._dfs import DPFisherSelector
+
+
+class DFSRelease(TransformerMixin, BaseEstimator):
+    """DFS (Shen et al. 2021, Algorithm 1): select m features, release them with Gaussian noise.
+
+    Scikit-learn semantics, as in ``TargetEncoder``: ``fit_transform(X, y)``
+    returns the *release* of the private training rows (kept features plus
+    noise), which is what a ``Pipeline`` passes to the next step when it fits;
+    ``transform(X)`` on new data only selects (and clips) the features,
+    because prediction-time data is not being published. ``fit(X, y)`` alone
+    only selects and spends only the selection budget.
+
+    ``"private"`` (certified)
+        Selection by ``DPFisherSelector`` with ``selection_share * epsilon`` and
+        ``delta / 2``. Release: rows clipped to the public bounds (and, if given,
+        centred and clipped to L2 norm ``clip_norm``), plus N(0, sigma^2) with sigma
+        from the analytic Gaussian mechanism for the rest of the budget and
+        sensitivity ``min(||w_S||_2, 2 * clip_norm)`` (replace-one of a row; each
+        row's noise is independent, so one record touches one row). Total:
+        (epsilon, delta)-DP for the features. **Labels are not protected**: the
+        next step receives ``y`` as it is, so treat labels as public or use an
+        estimator that protects them (``DPFisherClassifier``). Fitting warns.
+    ``"paper"`` (not certified)
+        Algorithm 1 as written: exact ranking, ``N_max`` = largest L1 norm of a
+        kept row, noise N(0, 2 N_max ln(1/delta) / epsilon) read as a variance.
+        Warns with ``PrivacyLeakWarning``; ``privacy_certified_`` is False.
+
+    Parameters
+    ----------
+    n_features_to_select : int, default=10
+    epsilon, delta : float, default=1.0, 1e-5
+    bounds : None or (lower, upper), default=None
+    clip : bool, default=True
+    clip_norm : float or None, default=None
+        L2 norm bound of a centred kept row ("private").
+    method : {"private", "paper"}, default="private"
+    selection_share : float in (0, 1), default=0.5
+        Share of epsilon spent on selection ("private").
+    classes : array-like or None, default=None
+    random_state : int, Generator or None, default=None
+
+    Attributes
+    ----------
+    selector_ : DPFisherSelector
+    noise_std_ : float
+        Standard deviation of the release noise.
+    sensitivity_ : float
+        L2 sensitivity of one released row ("private"); NaN for "paper".
+    epsilon_, delta_ : float
+        Spent so far: the selection after ``fit``, selection plus release after
+        ``fit_transform``. Claimed, not certified, for "paper".
+    privacy_certified_ : bool
+
+    Examples
+    --------
+    >>> import numpy as np, warnings
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skdp import DPFisherClassifier
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 2, 2000); X = rng.normal(size=(2000, 40)); X[:, :4] += y[:, None]
+    >>> pipe = make_pipeline(
+    ...     DFSRelease(4, epsilon=6, bounds=(-4, 5), clip_norm=2, classes=[0, 1], random_state=0),
+    ...     DPFisherClassifier(epsilon=float("inf"), priors="uniform"))
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     pipe.fit(X, y).score(X, y) > 0.75
+    True
+    """
+
+    _parameter_constraints = {
+        **PRIVACY_CONSTRAINTS,
+        "n_features_to_select": [Interval(numbers.Integral, 1, None, closed="left")],
+        "bounds": [None, tuple, list],
+        "clip": ["boolean"],
+        "clip_norm": [None, Interval(numbers.Real, 0, None, closed="neither")],
+        "method": [StrOptions({"private", "paper"})],
+        "selection_share": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "classes": [None, "array-like"],
+    }
+
+    def __init__(self, n_features_to_select=10, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True,
+                 clip_norm=None, method="private", selection_share=0.5, classes=None,
+                 random_state=None):
+        self.n_features_to_select = n_features_to_select
+        self.epsilon = epsilon
+        self.delta = delta
+        self.bounds = bounds
+        self.clip = clip
+        self.clip_norm = clip_norm
+        self.method = method
+        self.selection_share = selection_share
+        self.classes = classes
+        self.random_state = random_state
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Select the features (spends the selection budget only)."""
+        self._fit(X, y)
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_transform(self, X, y, **fit_params):
+        """Select, then return the noisy release of the training rows (spends all of epsilon)."""
+        X = self._fit(X, y)
+        kept = self._select(X)
+        if self.method == "paper":
+            n_max = float(np.abs(kept).sum(axis=1).max())
+            variance = 2 * n_max * math.log(1 / self.delta) / self.epsilon
+            self.noise_std_, self.sensitivity_ = math.sqrt(variance), math.nan
+        else:
+            warnings.warn(
+                "DFSRelease protects the released features; the labels y reach the next step "
+                "unprotected. Treat them as public or use DPFisherClassifier.",
+                PrivacyLeakWarning, stacklevel=2,
+            )
+            kept = self._centre_and_clip_rows(kept)
+            lower, upper = (b[self.selector_.support_] for b in self.selector_.bounds_)
+            self.sensitivity_ = float(np.linalg.norm(upper - lower))
+            if self.clip_norm is not None:
+                self.sensitivity_ = min(self.sensitivity_, 2.0 * self.clip_norm)
+            eps_release = (1 - self.selection_share) * self.epsilon
+            self.noise_std_ = analytic_gaussian_sigma(eps_release, self.delta / 2, self.sensitivity_)
+            self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
+            if math.isinf(self.epsilon):
+                self.delta_ = 0.0
+        return kept + self._rng.normal(scale=self.noise_std_, size=kept.shape)
+
+    def transform(self, X):
+        """Select (and clip) the kept features of new data; adds no noise."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return self._select(X)
+
+    def get_feature_names_out(self, input_features=None):
+        check_is_fitted(self)
+        return self.selector_.get_feature_names_out(input_features)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _fit(self, X, y):
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
+        self._rng = make_rng(self.random_state)
+        share = 1.0 if self.method == "paper" else self.selection_share
+        self.selector_ = DPFisherSelector(
+            self.n_features_to_select, epsilon=share * self.epsilon, delta=self.delta / 2,
+            bounds=self.bounds, clip=self.clip, method=self.method, classes=self.classes,
+            random_state=self._rng,
+        ).fit(X, y)
+        self.classes_ = self.selector_.classes_
+        self.privacy_certified_ = self.selector_.privacy_certified_
+        self.noise_std_, self.sensitivity_ = math.nan, math.nan
+        if self.method == "paper":
+            self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
+        else:
+            self.epsilon_, self.delta_ = self.selector_.epsilon_, self.selector_.delta_
+        return X
+
+    def _select(self, X):
+        if self.method == "private":
+            X = apply_bounds(X, *self.selector_.bounds_, True, type(self).__name__)
+        return X[:, self.selector_.support_]
+
+    def _centre_and_clip_rows(self, kept):
+        if self.clip_norm is None:
+            return kept
+        lower, upper = (b[self.selector_.support_] for b in self.selector_.bounds_)
+        centre = (lower + upper) / 2
+        offset = kept - centre
+        norms = np.linalg.norm(offset, axis=1, keepdims=True)
+        return centre + offset * np.minimum(1.0, self.clip_norm / np.maximum(norms, 1e-300))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.non_deterministic = False
+        return tags

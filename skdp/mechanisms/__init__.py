@@ -1,0 +1,11 @@
+"""Privacy mechanisms outside DP-SGD: Gaussian (analytic calibration, Gaussian DP), private top-k."""
+from .gaussian import analytic_gaussian_sigma, gaussian_dp_delta, gaussian_dp_mu
+from .topk import gumbel_top_k, top_k_round_epsilon
+
+__all__ = [
+    "analytic_gaussian_sigma",
+    "gaussian_dp_delta",
+    "gaussian_dp_mu",
+    "gumbel_top_k",
+    "top_k_round_epsilon",
+]

@@ -1,0 +1,54 @@
+"""Public feature bounds: the sensitivity of every non-SGD mechanism in skdp comes from them."""
+import warnings
+
+import numpy as np
+
+from ..exceptions import PrivacyLeakWarning
+
+
+def resolve_bounds(bounds, X, owner, warn=True):
+    """Per-feature ``(lower, upper)`` arrays for ``bounds``.
+
+    ``bounds`` is ``None``, a pair of scalars, or a pair of arrays of length
+    n_features. ``None`` reads the range from ``X``: that range is private, so
+    it warns with ``PrivacyLeakWarning`` (unless ``warn=False``, for callers
+    that add no noise anyway).
+    """
+    n_features = X.shape[1]
+    if bounds is None:
+        if warn:
+            warnings.warn(
+                f"{owner}: bounds=None, so the feature ranges are read from the private data and "
+                "the sensitivity depends on it; the guarantee is NOT certified. Pass public bounds.",
+                PrivacyLeakWarning,
+                stacklevel=3,
+            )
+        return X.min(axis=0), X.max(axis=0)
+    try:
+        lower, upper = bounds
+        lower = np.broadcast_to(np.asarray(lower, dtype=float), (n_features,)).copy()
+        upper = np.broadcast_to(np.asarray(upper, dtype=float), (n_features,)).copy()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"bounds must be None or a pair (lower, upper) of scalars or arrays of length "
+            f"n_features={n_features}; got {bounds!r}."
+        ) from exc
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper))):
+        raise ValueError("bounds must be finite.")
+    if np.any(lower > upper):
+        raise ValueError(f"bounds: lower must be <= upper for every feature; got {bounds!r}.")
+    return lower, upper
+
+
+def apply_bounds(X, lower, upper, clip, owner):
+    """Clip ``X`` to the bounds (a new array), or refuse data outside them when ``clip=False``."""
+    if clip:
+        return np.clip(X, lower, upper)
+    outside = (X < lower) | (X > upper)
+    if outside.any():
+        rows, cols = np.nonzero(outside)
+        raise ValueError(
+            f"{owner}: X has {outside.sum()} values outside bounds (first at row {rows[0]}, feature "
+            f"{cols[0]}) and clip=False. Widen the public bounds or set clip=True."
+        )
+    return X

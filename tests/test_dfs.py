@@ -1,0 +1,298 @@
+import math
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from scipy.stats import ttest_ind
+from sklearn.datasets import load_digits
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import Pipeline
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skdp import DFSRelease, DPFisherClassifier, DPFisherSelector, PrivacyLeakWarning, TTestSelector
+from skdp.audit import epsilon_lower_bound
+
+
+def gaussian_task(n=2000, p=200, s=10, k=2, seed=0):
+    """The paper's setting: s informative features, class means one apart, identity covariance."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    X = rng.normal(size=(n, p))
+    X[:, :s] += y[:, None] * 1.0
+    return X, y
+
+
+def quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        return fn(*args, **kwargs)
+
+
+RELEASE_IS_NOT_TRANSFORM = (
+    "By design DFSRelease.fit_transform(X) returns the noisy release of the training rows while "
+    "fit(X).transform(X) only selects (prediction-time data is not published), like TargetEncoder's "
+    "cross-fitting; the check requires the two to be equal."
+)
+EXPECTED_FAILED_CHECKS = {
+    "DFSRelease": {
+        "check_transformer_general": RELEASE_IS_NOT_TRANSFORM,
+        "check_transformer_data_not_an_array": RELEASE_IS_NOT_TRANSFORM,
+    },
+}
+
+
+@parametrize_with_checks([DPFisherSelector(1, random_state=0), DFSRelease(1, random_state=0),
+                          TTestSelector(1), DPFisherClassifier(random_state=0)],
+                         expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS.get(type(est).__name__, {}))
+def test_sklearn_compatible(estimator, check):
+    quiet(check, estimator)
+
+
+# -- DPFisherSelector ------------------------------------------------------------------------
+def test_private_selection_recovers_the_informative_features():
+    X, y = gaussian_task()
+    found = [len(set(DPFisherSelector(10, epsilon=3, bounds=(-4, 4), classes=[0, 1], random_state=s)
+                     .fit(X, y).get_support(indices=True)) & set(range(10))) for s in range(5)]
+    assert np.mean(found) >= 8
+
+
+def test_selection_noise_matters_at_tiny_epsilon():
+    # Twin of the recovery test: at epsilon=0.01 the same data gives close to chance picks.
+    X, y = gaussian_task()
+    found = [len(set(DPFisherSelector(10, epsilon=0.01, bounds=(-4, 4), classes=[0, 1], random_state=s)
+                     .fit(X, y).get_support(indices=True)) & set(range(10))) for s in range(5)]
+    assert np.mean(found) < 3
+
+
+def test_paper_method_is_the_exact_ranking_and_says_it_is_not_certified():
+    X, y = gaussian_task(k=4)
+    with pytest.warns(PrivacyLeakWarning, match="NOT certified"):
+        sel = DPFisherSelector(10, method="paper", classes=range(4)).fit(X, y)
+    means = np.array([X[y == c].mean(axis=0) for c in range(4)])
+    gaps = means.max(axis=0) - means.min(axis=0)
+    assert np.allclose(sel.scores_, gaps)
+    assert set(sel.get_support(indices=True)) == set(np.argsort(-gaps)[:10])
+    assert sel.privacy_certified_ is False and sel.epsilon_ == 1.0
+
+
+def test_private_scores_release_ranks_only():
+    X, y = gaussian_task(p=30)
+    sel = DPFisherSelector(3, bounds=(-4, 4), classes=[0, 1], random_state=0).fit(X, y)
+    assert sorted(sel.scores_[sel.support_]) == [1.0, 2.0, 3.0]
+    assert np.all(sel.scores_[~sel.support_] == 0)
+    assert sel.privacy_certified_ and sel.epsilon_ == 1.0
+    assert sel.get_feature_names_out().shape == (3,)
+
+
+def test_missing_bounds_warn_and_stay_out_of_the_parameter():
+    X, y = gaussian_task(p=20)
+    sel = DPFisherSelector(2, classes=[0, 1], random_state=0)
+    with pytest.warns(PrivacyLeakWarning, match="bounds"):
+        sel.fit(X, y)
+    assert sel.bounds is None
+    assert np.allclose(sel.bounds_[0], X.min(axis=0)) and np.allclose(sel.bounds_[1], X.max(axis=0))
+
+
+def _neighbours():
+    """D and D + one record, such that the record flips the exact top-1 feature."""
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 100)
+    X = rng.uniform(-0.1, 0.1, size=(200, 5))
+    X[y == 1, 0] += 0.20
+    X[y == 1, 1] += 0.20
+    X[:, 0] -= X[y == 1, 0].mean() - 0.2 - X[y == 0, 0].mean()  # gaps of features 0 and 1 equal ...
+    X[y == 1, 1] += 0.001                                         # ... but 1 is ahead by a hair
+    return X, y, np.vstack([X, [[1.0, -1.0, 0, 0, 0]]]), np.append(y, 1)
+
+
+def _selector_top1_lower_bound(epsilon, runs=1500):
+    X, y, X2, y2 = _neighbours()
+
+    def pick(data, labels, seed):
+        sel = DPFisherSelector(1, epsilon=epsilon, bounds=(-1, 1), classes=[0, 1], random_state=seed)
+        return float(quiet(sel.fit, data, labels).support_[0])
+
+    s0 = [pick(X, y, i) for i in range(runs)]
+    s1 = [pick(X2, y2, runs + i) for i in range(runs)]
+    return epsilon_lower_bound(s0, s1, delta=1e-5)
+
+
+def test_selector_leakage_stays_below_its_epsilon():
+    assert _selector_top1_lower_bound(1.0) <= 1.0
+
+
+def test_selector_audit_catches_missing_noise():
+    assert _selector_top1_lower_bound(math.inf) > 1.0
+
+
+# -- t-test baseline -------------------------------------------------------------------------
+def test_ttest_scores_are_welch_t_and_warn():
+    X, y = gaussian_task(p=20, k=2)
+    with pytest.warns(PrivacyLeakWarning, match="non-private"):
+        sel = TTestSelector(5).fit(X, y)
+    expected = np.abs(ttest_ind(X[y == 0], X[y == 1], equal_var=False).statistic)
+    assert np.allclose(sel.scores_, expected)
+
+
+# -- DPFisherClassifier ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return X[:1400], X[1400:], y[:1400], y[1400:]
+
+
+def test_fisher_classifier_learns_digits_privately(digits):
+    Xtr, Xte, ytr, yte = digits
+    clf = DPFisherClassifier(epsilon=3, bounds=(0, 16), classes=range(10), random_state=0).fit(Xtr, ytr)
+    assert clf.score(Xte, yte) > 0.8
+    assert clf.privacy_certified_ and clf.epsilon_ == 3 and clf.delta_ == 1e-5
+
+
+def test_fisher_noise_costs_accuracy(digits):
+    Xtr, Xte, ytr, yte = digits
+    with pytest.warns(PrivacyLeakWarning, match="NOT private"):
+        exact = DPFisherClassifier(epsilon=math.inf, classes=range(10)).fit(Xtr, ytr)
+    noisy = DPFisherClassifier(epsilon=0.05, bounds=(0, 16), classes=range(10), random_state=0).fit(Xtr, ytr)
+    assert exact.score(Xte, yte) > noisy.score(Xte, yte) + 0.2
+    assert not exact.privacy_certified_
+
+
+def test_fisher_exact_mode_is_diagonal_lda():
+    X, y = gaussian_task(p=6, k=3)
+    clf = quiet(DPFisherClassifier(epsilon=math.inf, var_smoothing=0).fit, X, y)
+    means = np.array([X[y == c].mean(axis=0) for c in range(3)])
+    pooled = sum(((X[y == c] - means[c]) ** 2).sum(axis=0) for c in range(3)) / (len(X) - 3)
+    assert np.allclose(clf.means_, means) and np.allclose(clf.var_, pooled)
+    assert np.allclose(clf.predict_proba(X).sum(axis=1), 1)
+
+
+def _fisher_mean_lower_bound(epsilon, runs=2000):
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, size=(50, 2)), np.repeat([0, 1], 25)
+    X2, y2 = np.vstack([X, [[1.0, 1.0]]]), np.append(y, 0)
+
+    def release(data, labels, seed):
+        clf = DPFisherClassifier(epsilon=epsilon, bounds=(0, 1), classes=[0, 1], random_state=seed)
+        clf = quiet(clf.fit, data, labels)
+        # Likelihood-ratio direction of the canary: +1 on the count, +0.5 on each centred sum,
+        # weighted by the inverse noise variances (their ratio, 6 here, does not depend on epsilon).
+        sums = (clf.means_[0] - 0.5) * max(clf.class_count_[0], 1.0)
+        return clf.class_count_[0] + 6 * 0.5 * sums.sum()
+
+    s0 = [release(X, y, i) for i in range(runs)]
+    s1 = [release(X2, y2, runs + i) for i in range(runs)]
+    return epsilon_lower_bound(s0, s1, delta=1e-5)
+
+
+def test_fisher_leakage_stays_below_its_epsilon():
+    assert _fisher_mean_lower_bound(1.0) <= 1.0
+
+
+def test_fisher_audit_catches_missing_noise():
+    assert _fisher_mean_lower_bound(math.inf) > 1.0
+
+
+def test_fisher_priors_are_validated():
+    X, y = gaussian_task(p=4)
+    clf = DPFisherClassifier(epsilon=math.inf, priors=[0.2, 0.3], classes=[0, 1])
+    with pytest.raises(ValueError, match="priors"):
+        quiet(clf.fit, X, y)
+    uniform = quiet(DPFisherClassifier(epsilon=math.inf, priors="uniform", classes=[0, 1]).fit, X, y)
+    assert np.allclose(uniform.class_prior_, 0.5)
+
+
+# -- DFSRelease ------------------------------------------------------------------------------
+def test_release_adds_calibrated_noise_to_training_rows_only():
+    X, y = gaussian_task(n=4000, p=50)
+    rel = DFSRelease(10, epsilon=2, bounds=(-4, 4), clip_norm=4, classes=[0, 1], random_state=0)
+    with pytest.warns(PrivacyLeakWarning, match="labels"):
+        released = rel.fit_transform(X, y)
+    kept = rel.transform(X)
+    assert np.array_equal(kept, np.clip(X, -4, 4)[:, rel.selector_.support_])
+    centred = kept - 0.0
+    norms = np.linalg.norm(centred, axis=1, keepdims=True)
+    clipped = centred * np.minimum(1, 4 / norms)
+    assert np.std(released - clipped) == pytest.approx(rel.noise_std_, rel=0.02)
+    assert rel.sensitivity_ == 8.0 and rel.epsilon_ == 2
+    assert rel.noise_std_ == pytest.approx(
+        __import__("skdp").mechanisms.analytic_gaussian_sigma(1.0, 0.5e-5, 8.0))
+
+
+def test_release_paper_noise_follows_algorithm_1():
+    X, y = gaussian_task(n=1000, p=30)
+    rel = DFSRelease(5, epsilon=2, method="paper", classes=[0, 1], random_state=0)
+    with pytest.warns(PrivacyLeakWarning, match="NOT certified"):
+        rel.fit_transform(X, y)
+    n_max = np.abs(X[:, rel.selector_.support_]).sum(axis=1).max()
+    assert rel.noise_std_ == pytest.approx(math.sqrt(2 * n_max * math.log(1e5) / 2))
+    assert rel.privacy_certified_ is False
+
+
+def test_fit_alone_spends_only_the_selection_share():
+    X, y = gaussian_task(p=30)
+    rel = quiet(DFSRelease(5, epsilon=2, bounds=(-4, 4), classes=[0, 1], random_state=0).fit, X, y)
+    assert rel.epsilon_ == pytest.approx(1.0) and math.isnan(rel.noise_std_)
+
+
+def test_pipeline_and_grid_search_over_epsilon_and_m():
+    X, y = gaussian_task(n=1500, p=40, s=4)
+    pipe = Pipeline([("dfs", DPFisherSelector(bounds=(-4, 4), classes=[0, 1], random_state=0)),
+                     ("clf", DPFisherClassifier(bounds=(-4, 4), classes=[0, 1], random_state=0))])
+    grid = {"dfs__epsilon": [1, 4], "dfs__n_features_to_select": [2, 4, 20], "clf__epsilon": [1, 4]}
+    search = quiet(GridSearchCV(pipe, grid, cv=3, n_jobs=2).fit, X, y)
+    assert search.best_params_["dfs__n_features_to_select"] in (2, 4)
+    assert search.score(X, y) > 0.75
+    restored = pickle.loads(pickle.dumps(search.best_estimator_))
+    assert np.array_equal(restored.predict(X), search.predict(X))
+
+
+def test_release_in_pipeline_trains_on_noise_and_predicts_on_clean():
+    X, y = gaussian_task(n=2000, p=40, s=4)
+    pipe = Pipeline([("dfs", DFSRelease(4, epsilon=6, bounds=(-4, 4), clip_norm=2, classes=[0, 1],
+                                        random_state=0)),
+                     ("clf", DPFisherClassifier(epsilon=math.inf, priors="uniform"))])
+    quiet(pipe.fit, X, y)
+    # The classifier saw the release: its variances carry the release noise.
+    assert np.all(pipe["clf"].var_ > pipe["dfs"].noise_std_ ** 2 * 0.8)
+    assert pipe.score(X, y) > 0.7
+
+
+# -- bad input -------------------------------------------------------------------------------
+GOOD_X, GOOD_Y = gaussian_task(n=60, p=6)
+NAN_X = np.where(np.arange(360).reshape(60, 6) == 7, np.nan, GOOD_X)
+ESTIMATORS = {
+    "selector": lambda **kw: DPFisherSelector(**{"n_features_to_select": 2, "bounds": (-5, 5), **kw}),
+    "release": lambda **kw: DFSRelease(**{"n_features_to_select": 2, "bounds": (-5, 5), **kw}),
+    "fisher": lambda **kw: DPFisherClassifier(**{"bounds": (-5, 5), **kw}),
+    "ttest": lambda **kw: TTestSelector(**{"n_features_to_select": 2, **kw}),
+}
+CASES = [
+    ({}, NAN_X, GOOD_Y, "NaN"),
+    ({}, GOOD_X[:, 0], GOOD_Y, "2D array"),
+    ({}, GOOD_X[:1], GOOD_Y[:1], "sample"),
+    ({}, GOOD_X, np.zeros(60), "one class|2 labels"),
+    ({"epsilon": 0}, GOOD_X, GOOD_Y, "epsilon"),
+    ({"epsilon": -1}, GOOD_X, GOOD_Y, "epsilon"),
+    ({"delta": 1.5}, GOOD_X, GOOD_Y, "delta"),
+    ({"n_features_to_select": 7}, GOOD_X, GOOD_Y, "n_features_to_select"),
+    ({"n_features_to_select": 0}, GOOD_X, GOOD_Y, "n_features_to_select"),
+    ({"bounds": (-1, 1), "clip": False}, GOOD_X, GOOD_Y, "outside bounds"),
+    ({"bounds": (1, -1)}, GOOD_X, GOOD_Y, "bounds"),
+]
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("params,X,y,match", CASES)
+def test_bad_input_is_refused_clearly(name, params, X, y, match):
+    accepted = {"ttest": {"n_features_to_select"}, "fisher": {"epsilon", "delta", "bounds", "clip"}}
+    if name in accepted and not set(params) <= accepted[name]:
+        pytest.skip(f"{name} has no such parameter")
+    X_before, y_before = X.copy(), y.copy()
+    est = ESTIMATORS[name](**params)
+    with pytest.raises(ValueError, match=match):
+        quiet(est.fit, X, y)
+    np.testing.assert_array_equal(X, X_before)
+    np.testing.assert_array_equal(y, y_before)
+    assert not hasattr(est, {"selector": "support_", "release": "selector_", "fisher": "means_",
+                             "ttest": "scores_"}[name])
