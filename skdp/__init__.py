@@ -3,7 +3,8 @@ from .classifier import DPMomentumClassifier
 from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
-from .privacy import BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
+from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
+                      search_privacy_cost)
 
 __version__ = "0.1.0"
 
@@ -20,4 +21,5 @@ __all__ = [
     "PrivacyAccountant",
     "calibrate_noise_multiplier",
     "compute_epsilon",
+    "search_privacy_cost",
 ]

@@ -6,11 +6,12 @@ import warnings
 import numpy as np
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .exceptions import PrivacyLeakWarning
 from .mechanisms import gaussian_dp_mu
+from .privacy.ledger import charge
 from .utils.bounds import apply_bounds, resolve_bounds
 from .utils.random import make_rng
 from .utils.validation import PRIVACY_CONSTRAINTS, encode_labels, warn_if_delta_too_large
@@ -86,10 +87,11 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         "classes": [None, "array-like"],
         "priors": [None, StrOptions({"uniform"}), "array-like"],
         "var_smoothing": [Interval(numbers.Real, 0, None, closed="left")],
+        "ledger": [None, HasMethods(["spend"])],
     }
 
     def __init__(self, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True, classes=None,
-                 priors=None, var_smoothing=1e-2, random_state=None):
+                 priors=None, var_smoothing=1e-2, ledger=None, random_state=None):
         self.epsilon = epsilon
         self.delta = delta
         self.bounds = bounds
@@ -97,6 +99,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         self.classes = classes
         self.priors = priors
         self.var_smoothing = var_smoothing
+        self.ledger = ledger
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -125,6 +128,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
 
         sensitivities = {"counts": 1.0, "sums": float(np.linalg.norm(half)),
                          "squares": float(np.linalg.norm(offset))}
+        charge(self.ledger, self.epsilon, self.delta if private else 0.0, owner)
         mu = gaussian_dp_mu(self.epsilon, self.delta) if private else math.inf
         self.noise_std_ = {name: sensitivities[name] / (mu * math.sqrt(share))
                            for name, share in MU2_SHARES.items()}

@@ -12,6 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skdp import DFSRelease, DPFisherClassifier, DPFisherSelector, PrivacyLeakWarning, TTestSelector
 from skdp.audit import epsilon_lower_bound
+from skdp.mechanisms import analytic_gaussian_sigma
 
 
 def gaussian_task(n=2000, p=200, s=10, k=2, seed=0):
@@ -216,7 +217,7 @@ def test_release_adds_calibrated_noise_to_training_rows_only():
     assert np.std(released - clipped) == pytest.approx(rel.noise_std_, rel=0.02)
     assert rel.sensitivity_ == 8.0 and rel.epsilon_ == 2
     assert rel.noise_std_ == pytest.approx(
-        __import__("skdp").mechanisms.analytic_gaussian_sigma(1.0, 0.5e-5, 8.0))
+        analytic_gaussian_sigma(1.0, 0.5e-5, 8.0))
 
 
 def test_release_paper_noise_follows_algorithm_1():
@@ -233,6 +234,16 @@ def test_fit_alone_spends_only_the_selection_share():
     X, y = gaussian_task(p=30)
     rel = quiet(DFSRelease(5, epsilon=2, bounds=(-4, 4), classes=[0, 1], random_state=0).fit, X, y)
     assert rel.epsilon_ == pytest.approx(1.0) and math.isnan(rel.noise_std_)
+
+
+def test_keeping_every_feature_spends_nothing_on_selection():
+    X, y = gaussian_task(p=8)
+    sel = DPFisherSelector(8, bounds=(-4, 4), classes=[0, 1]).fit(X, y)
+    assert sel.support_.all() and sel.epsilon_ == 0
+    rel = DFSRelease(8, epsilon=2, bounds=(-4, 4), classes=[0, 1], random_state=0)
+    quiet(rel.fit_transform, X, y)
+    assert rel.noise_std_ == pytest.approx(
+        analytic_gaussian_sigma(2.0, 1e-5, rel.sensitivity_))
 
 
 def test_pipeline_and_grid_search_over_epsilon_and_m():

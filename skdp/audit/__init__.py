@@ -1,4 +1,14 @@
 """Checking privacy claims empirically: lower bounds on epsilon from attacks."""
 from .distinguish import epsilon_lower_bound
+from .one_run import (AuditResult, log_likelihood_score, mislabelled_canaries, one_run_audit,
+                      one_run_epsilon_lower_bound, one_run_p_value)
 
-__all__ = ["epsilon_lower_bound"]
+__all__ = [
+    "AuditResult",
+    "epsilon_lower_bound",
+    "log_likelihood_score",
+    "mislabelled_canaries",
+    "one_run_audit",
+    "one_run_epsilon_lower_bound",
+    "one_run_p_value",
+]

@@ -4,10 +4,11 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
-from sklearn.utils._param_validation import StrOptions
+from sklearn.utils._param_validation import HasMethods, StrOptions
 
 from ..exceptions import PrivacyLeakWarning
 from ..mechanisms import gumbel_top_k, top_k_round_epsilon
+from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
 from ..utils.random import make_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS, encode_labels, warn_if_delta_too_large
@@ -55,6 +56,8 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     method : {"private", "paper"}, default="private"
     classes : array-like or None, default=None
         Public label set; None reads it from ``y`` (warns).
+    ledger : BudgetLedger or None, default=None
+        Charged before any noise is drawn ("paper" charges its claim).
     random_state : int, Generator or None, default=None
 
     Attributes
@@ -63,6 +66,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     ranking_ : ndarray of int
         1 for the first feature chosen, ..., m; m + 1 for the others.
     scores_ : ndarray of float
+        All ones when every feature is kept (then nothing is spent).
         "paper": the exact gaps D_j. "private": m + 1 - ranking_ for kept
         features and 0 elsewhere (the noisy gaps are not released).
     classes_, bounds_ : the label set and (lower, upper) used.
@@ -92,10 +96,11 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         "clip": ["boolean"],
         "method": [StrOptions({"private", "paper"})],
         "classes": [None, "array-like"],
+        "ledger": [None, HasMethods(["spend"])],
     }
 
     def __init__(self, n_features_to_select=10, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True,
-                 method="private", classes=None, random_state=None):
+                 method="private", classes=None, ledger=None, random_state=None):
         self.n_features_to_select = n_features_to_select
         self.epsilon = epsilon
         self.delta = delta
@@ -103,6 +108,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         self.clip = clip
         self.method = method
         self.classes = classes
+        self.ledger = ledger
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -111,11 +117,23 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         X, y = self._validate_Xy(X, y)
         self.classes_, codes = encode_labels(self.classes, y, type(self).__name__)
         k, m = len(self.classes_), self.n_features_to_select
-        if self.method == "paper":
+        if m == X.shape[1]:
+            self._fit_all(X)  # keeping every feature reveals nothing and costs nothing
+        elif self.method == "paper":
             self._fit_paper(X, codes, k, m)
         else:
             self._fit_private(X, codes, k, m, make_rng(self.random_state))
         return self
+
+    def _fit_all(self, X):
+        private = not math.isinf(self.epsilon) and self.method == "private"
+        self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=private)
+        apply_bounds(X, *self.bounds_, self.clip, type(self).__name__)
+        self._set_support(np.arange(X.shape[1]))
+        self.scores_ = np.ones(X.shape[1])
+        self.class_counts_, self.sensitivity_ = None, 0.0
+        self.epsilon_, self.delta_ = 0.0, 0.0
+        self.privacy_certified_ = True
 
     def _fit_paper(self, X, codes, k, m):
         warnings.warn(
@@ -125,6 +143,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         )
         self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=False)
         X = apply_bounds(X, *self.bounds_, self.clip, type(self).__name__)
+        charge(self.ledger, self.epsilon, self.delta, type(self).__name__ + " (paper, not certified)")
         self.scores_ = mean_gap(X, codes, k)
         self._set_support(np.argsort(-self.scores_, kind="stable")[:m])
         self.class_counts_ = None
@@ -142,12 +161,14 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         Z = X - (lower + upper) / 2  # centred, so an empty or shrunk class mean sits at the centre
         counts = np.bincount(codes, minlength=k).astype(float)
         if math.isinf(self.epsilon):
+            charge(self.ledger, math.inf, 0.0, owner)
             warnings.warn("DPFisherSelector(epsilon=inf) selects without noise: NOT private.",
                           PrivacyLeakWarning, stacklevel=3)
             self.class_counts_, self.sensitivity_ = counts, 0.0
             chosen = gumbel_top_k(mean_gap(Z, codes, k), m, math.inf, 0.0, rng)
             self.epsilon_, self.delta_ = math.inf, 0.0
         else:
+            charge(self.ledger, self.epsilon, self.delta, owner)
             eps_count, eps_select = COUNT_SHARE * self.epsilon, (1 - COUNT_SHARE) * self.epsilon
             self.class_counts_ = counts + rng.laplace(scale=1.0 / eps_count, size=k)
             # Class means divide by max(n_c, floor): one record then moves any mean by at most

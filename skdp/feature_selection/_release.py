@@ -5,11 +5,12 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning
 from ..mechanisms import analytic_gaussian_sigma
+from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds
 from ..utils.random import make_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS
@@ -51,8 +52,12 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         L2 norm bound of a centred kept row ("private").
     method : {"private", "paper"}, default="private"
     selection_share : float in (0, 1), default=0.5
-        Share of epsilon spent on selection ("private").
+        Share of epsilon spent on selection ("private"). When
+        ``n_features_to_select`` equals the number of features nothing is
+        chosen, and the whole budget goes to the release.
     classes : array-like or None, default=None
+    ledger : BudgetLedger or None, default=None
+        Charged for the selection in ``fit`` and for the release in ``fit_transform``.
     random_state : int, Generator or None, default=None
 
     Attributes
@@ -92,10 +97,11 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         "method": [StrOptions({"private", "paper"})],
         "selection_share": [Interval(numbers.Real, 0, 1, closed="neither")],
         "classes": [None, "array-like"],
+        "ledger": [None, HasMethods(["spend"])],
     }
 
     def __init__(self, n_features_to_select=10, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True,
-                 clip_norm=None, method="private", selection_share=0.5, classes=None,
+                 clip_norm=None, method="private", selection_share=0.5, classes=None, ledger=None,
                  random_state=None):
         self.n_features_to_select = n_features_to_select
         self.epsilon = epsilon
@@ -106,6 +112,7 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         self.method = method
         self.selection_share = selection_share
         self.classes = classes
+        self.ledger = ledger
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -134,8 +141,13 @@ class DFSRelease(TransformerMixin, BaseEstimator):
             self.sensitivity_ = float(np.linalg.norm(upper - lower))
             if self.clip_norm is not None:
                 self.sensitivity_ = min(self.sensitivity_, 2.0 * self.clip_norm)
-            eps_release = (1 - self.selection_share) * self.epsilon
-            self.noise_std_ = analytic_gaussian_sigma(eps_release, self.delta / 2, self.sensitivity_)
+            if self._selects_all:
+                eps_release, delta_release = self.epsilon, self.delta
+            else:
+                eps_release, delta_release = (1 - self.selection_share) * self.epsilon, self.delta / 2
+            charge(self.ledger, eps_release, 0.0 if math.isinf(eps_release) else delta_release,
+                   type(self).__name__ + " release")
+            self.noise_std_ = analytic_gaussian_sigma(eps_release, delta_release, self.sensitivity_)
             self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
             if math.isinf(self.epsilon):
                 self.delta_ = 0.0
@@ -155,11 +167,12 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     def _fit(self, X, y):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
         self._rng = make_rng(self.random_state)
+        self._selects_all = self.n_features_to_select == X.shape[1]
         share = 1.0 if self.method == "paper" else self.selection_share
         self.selector_ = DPFisherSelector(
             self.n_features_to_select, epsilon=share * self.epsilon, delta=self.delta / 2,
             bounds=self.bounds, clip=self.clip, method=self.method, classes=self.classes,
-            random_state=self._rng,
+            ledger=self.ledger, random_state=self._rng,
         ).fit(X, y)
         self.classes_ = self.selector_.classes_
         self.privacy_certified_ = self.selector_.privacy_certified_

@@ -2,6 +2,7 @@
 from .accounting import ACCOUNTINGS, PrivacyAccountant, compute_epsilon
 from .calibration import calibrate_noise_multiplier
 from .ledger import BudgetLedger
+from .search import search_privacy_cost
 
 __all__ = [
     "ACCOUNTINGS",
@@ -9,4 +10,5 @@ __all__ = [
     "compute_epsilon",
     "calibrate_noise_multiplier",
     "BudgetLedger",
+    "search_privacy_cost",
 ]

@@ -125,3 +125,9 @@ class BudgetLedger:
         eps, delta = self.total()
         return (f"BudgetLedger(epsilon={self.epsilon}, delta={self.delta}, "
                 f"spent=({eps:.4g}, {delta:.3g}), path={self.path!r})")
+
+
+def charge(ledger, epsilon, delta, label):
+    """Spend on ``ledger`` if there is one; spends of nothing are not recorded."""
+    if ledger is not None and epsilon > 0:
+        ledger.spend(epsilon, delta, label)
