@@ -137,15 +137,7 @@ GOOD_X, GOOD_Y = make_blobs(n_samples=40, centers=2, random_state=0)
 
 
 @pytest.mark.parametrize("params,X,y,match", [
-    ({}, np.where(np.arange(80).reshape(40, 2) == 5, np.nan, GOOD_X), GOOD_Y, "NaN"),
-    ({}, np.where(np.arange(80).reshape(40, 2) == 5, np.inf, GOOD_X), GOOD_Y, "infinity"),
-    ({}, GOOD_X[:, 0], GOOD_Y, "2D array"),
-    ({}, GOOD_X, np.zeros(40), "one class"),
-    ({}, np.array([["a", "b"]] * 40, dtype=object), GOOD_Y, "could not convert|numeric"),
-    ({"epsilon": 0}, GOOD_X, GOOD_Y, "epsilon"),
-    ({"epsilon": -1}, GOOD_X, GOOD_Y, "epsilon"),
-    ({"delta": 0}, GOOD_X, GOOD_Y, "delta"),
-    ({"delta": 1.0}, GOOD_X, GOOD_Y, "delta"),
+    # The inputs every estimator refuses are in test_bad_input.py; these are the classifier's own.
     ({"max_grad_norm": 0}, GOOD_X, GOOD_Y, "max_grad_norm"),
     ({"batch_size": 41}, GOOD_X, GOOD_Y, "batch_size"),
     ({"accounting": "gdp"}, GOOD_X, GOOD_Y, "accounting"),

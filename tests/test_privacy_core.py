@@ -93,6 +93,16 @@ def test_rdp_agrees_with_dp_accounting(sigma, q, steps, delta):
     assert compute_epsilon(sigma, q, steps, delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-2)
 
 
+@pytest.mark.parametrize("sigma,q,steps,delta", [(0.8, 0.01, 1000, 1e-5), (1.5, 0.04, 2250, 1e-5),
+                                                 (3.0, 0.2, 100, 1e-6), (1.2, 0.1, 500, 1e-3)])
+def test_prv_agrees_with_dp_accounting_pld(sigma, q, steps, delta):
+    # A second, independent numerical accountant (privacy loss distributions) within 1%.
+    dpa = pytest.importorskip("dp_accounting")
+    acc = dpa.pld.PLDAccountant(value_discretization_interval=1e-4)
+    acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
+    assert compute_epsilon(sigma, q, steps, delta, "prv") == pytest.approx(acc.get_epsilon(delta), rel=1e-2)
+
+
 def test_rng_does_not_touch_global_generators():
     import torch
     from skdp.utils.random import make_rng
