@@ -2,6 +2,7 @@
 from .classifier import DPMomentumClassifier
 from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
+from .generative import PGEGenerator, TrainOnSynthetic
 from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
                       search_privacy_cost)
@@ -14,6 +15,8 @@ __all__ = [
     "DPFisherSelector",
     "DFSRelease",
     "TTestSelector",
+    "PGEGenerator",
+    "TrainOnSynthetic",
     "BudgetExceededError",
     "DPCompatibilityWarning",
     "PrivacyLeakWarning",

@@ -1,0 +1,81 @@
+"""Train on synthetic data: fit a private generator, fit any classifier on its samples."""
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone, _fit_context
+from sklearn.linear_model import LogisticRegression
+from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..utils.random import make_rng
+
+
+class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
+    """Fit ``generator`` on the private data, sample a labelled synthetic set, fit ``classifier`` on it.
+
+    The classifier sees only synthetic records, so its training is
+    post-processing of the generator: the whole estimator spends what the
+    generator spends (``epsilon_``). ``GridSearchCV`` over ``generator__epsilon``
+    and ``Pipeline`` work as usual (and every fit of a search spends budget).
+
+    Parameters
+    ----------
+    generator : estimator with ``fit(X, y)`` and ``sample(n, random_state=...)``
+        For example ``PGEGenerator(classes=..., bounds=...)``.
+    classifier : classifier or None, default=None
+        None: ``LogisticRegression(max_iter=1000)``.
+    synthetic_ratio : float, default=10
+        Synthetic records per private training record.
+    random_state : int, Generator or None, default=None
+        Seeds the sampling.
+
+    Attributes
+    ----------
+    generator_, classifier_ : fitted estimators
+    classes_ : ndarray
+    epsilon_, delta_ : float
+        The generator's spend.
+    """
+
+    _parameter_constraints = {
+        "generator": [HasMethods(["fit", "sample"])],
+        "classifier": [None, HasMethods(["fit", "predict"])],
+        "synthetic_ratio": [Interval(numbers.Real, 0, None, closed="neither")],
+        "random_state": ["random_state", np.random.Generator],
+    }
+
+    def __init__(self, generator, classifier=None, *, synthetic_ratio=10, random_state=None):
+        self.generator = generator
+        self.classifier = classifier
+        self.synthetic_ratio = synthetic_ratio
+        self.random_state = random_state
+
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, ensure_min_samples=2)
+        self.generator_ = clone(self.generator).fit(X, y)
+        rng = make_rng(self.random_state)
+        classes, prior = self.generator_.classes_, self.generator_.class_prior_
+        n = max(len(classes), int(round(self.synthetic_ratio * len(X))))
+        # Labels from the generator's (noisy) proportions, with every class at least once so the
+        # classifier knows all of them.
+        labels = np.r_[classes, rng.choice(classes, size=n - len(classes), p=prior)]
+        X_syn, y_syn = self.generator_.sample(n, y=labels, random_state=rng)
+        base = LogisticRegression(max_iter=1000) if self.classifier is None else self.classifier
+        self.classifier_ = clone(base).fit(X_syn, y_syn)
+        self.classes_ = self.generator_.classes_
+        self.epsilon_ = self.generator_.epsilon_
+        self.delta_ = self.generator_.delta_
+        return self
+
+    def predict(self, X):
+        check_is_fitted(self)
+        return self.classifier_.predict(validate_data(self, X, reset=False))
+
+    def predict_proba(self, X):
+        check_is_fitted(self)
+        proba = self.classifier_.predict_proba(validate_data(self, X, reset=False))
+        # Classes absent from the synthetic set get probability 0.
+        out = np.zeros((len(proba), len(self.classes_)))
+        out[:, np.searchsorted(self.classes_, self.classifier_.classes_)] = proba
+        return out
