@@ -155,3 +155,23 @@ def test_one_step_leakage_stays_below_the_claim():
 def test_one_step_audit_catches_missing_noise():
     # Twin of the test above: with the noise removed the same audit must refute the claim.
     assert _single_step_epsilon_lower_bound(0.0) > CLAIMED_EPS
+
+
+def test_without_clipping_or_noise_the_step_is_the_ordinary_mean_gradient():
+    # The non-private baselines (the PGE paper's mode) run through the same engine: check its fast path.
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    X, y = torch.randn(12, 6, generator=g), torch.randint(0, 3, (12,), generator=g)
+    engine = DPSGDEngine(model, max_grad_norm=float("inf"), noise_multiplier=0.0, expected_batch_size=12,
+                         generator=g)
+    engine.private_gradients(ce_loss, (X, y))
+    fast = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    (nn.functional.cross_entropy(model(X), y, reduction="sum") / 12).backward()
+    for a, p in zip(fast, model.parameters()):
+        assert torch.allclose(a, p.grad, atol=1e-6)
+    # ... and it differs from the clipped step, so the test would notice a wrong branch.
+    clipped = _engine(model, 0.0, L=12)
+    clipped.max_grad_norm = 0.01
+    clipped.private_gradients(ce_loss, (X, y))
+    assert not torch.allclose(fast[0], next(model.parameters()).grad)

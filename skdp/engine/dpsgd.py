@@ -10,6 +10,8 @@ sensitivity of the released sum at C under Poisson sampling. Any torch
 optimizer then steps on these gradients; momentum and the like are
 post-processing.
 """
+import math
+
 import torch
 
 from .functional import FunctionalClipper
@@ -71,7 +73,13 @@ class DPSGDEngine:
         n = inputs[0].shape[0]
         grads = {}
         losses = norms = inputs[0].new_zeros(0)
-        if n > 0:
+        if n > 0 and self.noise_multiplier == 0 and math.isinf(self.max_grad_norm):
+            # Nothing to clip and no noise (a non-private baseline): one ordinary backward pass.
+            losses = per_example_loss(self.module, *inputs)
+            batch_grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=True)
+            grads = {p: g for p, g in zip(self.params, batch_grads) if g is not None}
+            losses = losses.detach()
+        elif n > 0:
             losses, pairs, norms = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
             for p, g in pairs:
                 grads[p] = grads[p] + g if p in grads else g

@@ -21,6 +21,8 @@ from .networks import GaussianScore, ScoreCNN, ScoreMLP
 
 # Share of epsilon that releases the class proportions (Laplace noise on the counts).
 COUNT_SHARE = 0.05
+# Chains sampled together.
+SAMPLE_CHUNK = 4096
 
 
 class PGEGenerator(BaseEstimator):
@@ -292,16 +294,24 @@ class PGEGenerator(BaseEstimator):
         module = self.net_.module_
         module.eval()
 
-        def score(x, sigma):
+        def score(x, labels, sigma):
             with torch.no_grad():
-                return module(x, Y, torch.full((x.shape[0],), float(sigma), device=x.device))
+                return module(x, labels, torch.full((x.shape[0],), float(sigma), device=x.device))
 
-        x0 = self.sigmas_[0] * torch.randn(n_samples, d, generator=gen, device=self.device)
         step = self.step_size if self.step_size is not None else 0.3 * self.sigma_min
-        Z, self.acceptance_rates_ = hmc_sample(score, x0, self.sigmas_, step_size=step,
-                                               n_leapfrog=self.n_leapfrog, n_repeats=self.n_repeats,
-                                               acceptance=self.acceptance, generator=gen,
-                                               callback=_progress(time.perf_counter()) if self.verbose else None)
+        report = _progress(time.perf_counter()) if self.verbose else None
+        chunks, self.acceptance_rates_ = [], []
+        for start in range(0, n_samples, SAMPLE_CHUNK):  # chunks keep the working set in cache
+            rows = slice(start, min(start + SAMPLE_CHUNK, n_samples))
+            x0 = self.sigmas_[0] * torch.randn(rows.stop - rows.start, d, generator=gen, device=self.device)
+            z, rates = hmc_sample(lambda x, sigma: score(x, Y[rows], sigma), x0, self.sigmas_,
+                                  step_size=step, n_leapfrog=self.n_leapfrog, n_repeats=self.n_repeats,
+                                  acceptance=self.acceptance, generator=gen,
+                                  callback=report if start == 0 else None)
+            chunks.append(z)
+            self.acceptance_rates_.append(rates)
+        self.acceptance_rates_ = np.mean(self.acceptance_rates_, axis=0)
+        Z = torch.cat(chunks)
         X = self._unscale(Z.cpu().numpy().astype(np.float64))
         return X if labels is None else (X, labels)
 
