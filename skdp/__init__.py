@@ -3,6 +3,7 @@ from .classifier import DPMomentumClassifier
 from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .generative import PGEGenerator, TrainOnSynthetic
+from .superres import SRGANTransformer
 from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
                       search_privacy_cost)
@@ -17,6 +18,7 @@ __all__ = [
     "TTestSelector",
     "PGEGenerator",
     "TrainOnSynthetic",
+    "SRGANTransformer",
     "BudgetExceededError",
     "DPCompatibilityWarning",
     "PrivacyLeakWarning",

@@ -227,6 +227,13 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
     def predict_proba(self, X):
         return torch.softmax(self._logits(X), dim=1).cpu().numpy()
 
+    def torch_predict_proba(self, x):
+        """Differentiable ``predict_proba`` of a float tensor (for white-box attacks such as MI-Face)."""
+        check_is_fitted(self)
+        module = self.net_.module_.eval()
+        x = x.to(self.net_.device, torch.float32)
+        return torch.softmax(module(x[:, None] if x.dim() == 3 else x), dim=1)
+
     def predict(self, X):
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

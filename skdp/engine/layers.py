@@ -134,3 +134,21 @@ def prelu_rule(module, a, g):
         return [(module.weight, (scale @ per_example).reshape(module.weight.shape))]
 
     return norm_sq, clipped
+
+
+@register(nn.GroupNorm)
+def group_norm_rule(module, a, g):
+    # The affine weight scales the normalised input: its per-example gradient is sum(g * a_hat).
+    B, C = a.shape[0], a.shape[1]
+    a_hat = F.group_norm(a, module.num_groups, None, None, module.eps)
+    per_example = []
+    if module.affine and _trainable(module.weight):
+        per_example.append((module.weight, (g * a_hat).reshape(B, C, -1).sum(2)))
+    if module.affine and _trainable(module.bias):
+        per_example.append((module.bias, g.reshape(B, C, -1).sum(2)))
+    norm_sq = sum((pe.pow(2).sum(1) for _, pe in per_example), a.new_zeros(B))
+
+    def clipped(scale):
+        return [(p, scale @ pe) for p, pe in per_example]
+
+    return norm_sq, clipped

@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import torch
 
 from torch import nn
 
@@ -14,6 +15,20 @@ class SoftmaxRegression(nn.Module):
     def __init__(self, input_dim, n_classes):
         super().__init__()
         self.linear = nn.Linear(input_dim, n_classes)
+
+    @classmethod
+    def from_prototypes(cls, prototypes, scale=10.0):
+        """Start from one public prototype per class (row k for class k): logits ``scale * <prototype, x>``.
+
+        With unit-norm prototypes and inputs this is the nearest-prototype rule;
+        DP-SGD then fine-tunes it on the private data.
+        """
+        prototypes = torch.as_tensor(np.asarray(prototypes), dtype=torch.float32)
+        module = cls(prototypes.shape[1], prototypes.shape[0])
+        with torch.no_grad():
+            module.linear.weight.copy_(scale * prototypes)
+            module.linear.bias.zero_()
+        return module
 
     def forward(self, X):
         return self.linear(X.flatten(1))

@@ -170,15 +170,31 @@ class DPNet(NeuralNet):
             self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
                               label=f"{type(self).__name__}: {n_batches * epochs} steps")
         self.sample_rate_, self.n_batches_, self.noise_multiplier_ = sample_rate, n_batches, sigma
-        self.engine_ = DPSGDEngine(
-            self.module_, max_grad_norm=self.max_grad_norm, noise_multiplier=sigma,
-            expected_batch_size=sample_rate * n_samples,
-            generator=torch_generator(self.rng_, device=self.device), clipping=self.clipping)
+        engines = self.initialize_engines(sigma, sample_rate * n_samples)
         try:
             return super().fit_loop(X, y, epochs=epochs, **fit_params)
         finally:
-            self.engine_.close()
-            del self.engine_
+            for name in engines:
+                getattr(self, name).close()
+                delattr(self, name)
+
+    def make_engine(self, module, noise_multiplier, expected_batch_size, clipping=None):
+        """A ``DPSGDEngine`` for ``module`` drawing noise from the fit's generator."""
+        return DPSGDEngine(
+            module, max_grad_norm=self.max_grad_norm, noise_multiplier=noise_multiplier,
+            expected_batch_size=expected_batch_size,
+            generator=torch_generator(self.rng_, device=self.device),
+            clipping=self.clipping if clipping is None else clipping)
+
+    def initialize_engines(self, sigma, expected_batch_size):
+        """Set the engines ``train_step`` uses for this fit; returns their attribute names.
+
+        Nets that update several networks per lot (a GAN) override this and
+        ``train_step``; each accounted step must stay one Gaussian mechanism of
+        multiplier ``sigma`` (k releases on one lot: ``sigma * sqrt(k)`` each).
+        """
+        self.engine_ = self.make_engine(self.module_, sigma, expected_batch_size)
+        return ["engine_"]
 
     # ---- the DP step --------------------------------------------------------------------
     def get_iterator(self, dataset, training=False):

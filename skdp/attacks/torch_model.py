@@ -1,0 +1,56 @@
+"""A fitted estimator or Pipeline as one differentiable torch function, for white-box attacks.
+
+Steps take part through a small protocol: transformers with ``torch_transform``
+(skdp's resamplers, ``CenterNormalize``, ``SRGANTransformer``) and a final
+classifier with ``torch_predict_proba`` (``DPMomentumClassifier``).
+``FrozenEstimator`` is looked through; "passthrough" is the identity.
+"""
+import numpy as np
+from sklearn.pipeline import Pipeline
+
+
+class TorchUnavailableError(TypeError):
+    """A step of the model has no torch path; use the black-box attack."""
+
+
+def _unwrap(step):
+    # sklearn.frozen.FrozenEstimator keeps the fitted estimator in .estimator.
+    while type(step).__name__ == "FrozenEstimator" and hasattr(step, "estimator"):
+        step = step.estimator
+    return step
+
+
+def _steps(estimator):
+    if isinstance(estimator, Pipeline):
+        steps = [_unwrap(s) for _, s in estimator.steps]
+        return [s for s in steps if s not in (None, "passthrough")]
+    return [_unwrap(estimator)]
+
+
+def torch_model(estimator):
+    """``x -> class probabilities`` as a torch function of the estimator's input rows."""
+    steps = _steps(estimator)
+    *transforms, final = steps
+    for step in transforms:
+        if not hasattr(step, "torch_transform"):
+            raise TorchUnavailableError(f"{type(step).__name__} has no torch_transform; use mode='black_box'.")
+    if not hasattr(final, "torch_predict_proba"):
+        raise TorchUnavailableError(f"{type(final).__name__} has no torch_predict_proba; use mode='black_box'.")
+
+    def proba(x):
+        for step in transforms:
+            x = step.torch_transform(x)
+        return final.torch_predict_proba(x)
+    return proba
+
+
+def input_dim(estimator):
+    """Features per input row: a super-resolution step takes low-resolution rows."""
+    first = _steps(estimator)[0]
+    low_res = getattr(first, "low_res_shape_", None)
+    if low_res is not None:
+        return int(np.prod(low_res))
+    n = getattr(first, "n_features_in_", None)
+    if n is None:
+        raise ValueError("Can not tell the estimator's input size; pass n_features.")
+    return int(n)
