@@ -74,6 +74,8 @@ def test_gan_phase_trains_the_discriminator_and_logs():
     w0 = before.net_.module_.discriminator.classifier[-1].weight
     w1 = sr.net_.module_.discriminator.classifier[-1].weight
     assert not torch.allclose(w0, w1)  # only the GAN phase moves the discriminator
+    assert sr.net_.optimizer_.param_groups[0]["lr"] == pytest.approx(1e-4)  # Ledig: a lower rate for the GAN
+    assert before.net_.optimizer_.param_groups[0]["lr"] == pytest.approx(1e-3)
 
 
 def test_same_seed_same_model_and_pickle():
@@ -194,3 +196,17 @@ def test_bad_input():
         sr.transform(np.full((1, 8, 8), np.nan))
     with pytest.raises(ValueError, match="10 features per row"):
         sr.transform(X[:, ::2, ::2].reshape(8, -1)[:, :10])
+
+
+def test_perceptual_loss_uses_the_given_feature_extractor_and_keeps_it_frozen():
+    X = smooth_images(12)
+    features = torch.nn.Conv2d(1, 3, 3, padding=1)
+    before = features.weight.detach().clone()
+    sr = SRGANTransformer(scale=2, pretrain_epochs=2, gan_epochs=1, feature_extractor=features, **TINY).fit(X)
+    assert torch.equal(sr.net_.feature_extractor_.weight, before)
+    assert features.weight.requires_grad  # the parameter itself is not modified
+    low, hr = torch.tensor(X[:4, None, ::2, ::2].copy()), torch.tensor(X[:4, None])
+    out = sr.generator_(low)
+    expected = (features(out) - features(hr)).pow(2).flatten(1).mean(1)
+    torch.testing.assert_close(sr.net_.content_loss(out, hr), expected)
+    assert not torch.allclose(sr.net_.content_loss(out, hr), (out - hr).pow(2).flatten(1).mean(1))

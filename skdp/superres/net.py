@@ -13,6 +13,7 @@ composition of two Gaussian mechanisms of sensitivity C is exactly one
 Gaussian of sensitivity ``sqrt(2) C``, so the accountant records one step of
 ``sigma`` per lot, whatever the phase.
 """
+import copy
 import math
 
 import torch
@@ -31,13 +32,15 @@ def pixel_mse(sr, hr):
 class SRGANNet(DPNet):
     """DPNet over an ``SRGAN`` module (``.generator``, ``.discriminator``)."""
 
-    def __init__(self, *args, pretrain_epochs=10, adversarial_weight=1e-3, feature_extractor=None, **kwargs):
+    def __init__(self, *args, pretrain_epochs=10, adversarial_weight=1e-3, feature_extractor=None, gan_lr=None,
+                 **kwargs):
         kwargs.setdefault("criterion", torch.nn.MSELoss)
         kwargs.setdefault("optimizer", torch.optim.Adam)
         super().__init__(*args, **kwargs)
         self.pretrain_epochs = pretrain_epochs
         self.adversarial_weight = adversarial_weight
         self.feature_extractor = feature_extractor
+        self.gan_lr = gan_lr
 
     def get_default_callbacks(self):
         callbacks = list(super().get_default_callbacks())
@@ -54,8 +57,9 @@ class SRGANNet(DPNet):
         self.discriminator_engine_ = self.make_engine(
             gan.discriminator, sigma * math.sqrt(2), expected_batch_size, clipping="vmap" if private else None)
         self.gan_noise_multiplier_ = sigma * math.sqrt(2)
-        if self.feature_extractor is not None:
-            self.feature_extractor.to(self.device).eval().requires_grad_(False)
+        # A frozen copy: the caller's module (a parameter) is left as it was given.
+        self.feature_extractor_ = (None if self.feature_extractor is None else
+                                   copy.deepcopy(self.feature_extractor).to(self.device).eval().requires_grad_(False))
         return ["engine_", "discriminator_engine_"]
 
     def get_train_inputs(self, Xi, yi):
@@ -65,9 +69,9 @@ class SRGANNet(DPNet):
 
     # ---- losses (one value per example) -------------------------------------------------
     def content_loss(self, sr, hr):
-        if self.feature_extractor is None:
+        if self.feature_extractor_ is None:
             return pixel_mse(sr, hr)
-        return pixel_mse(self.feature_extractor(sr), self.feature_extractor(hr))
+        return pixel_mse(self.feature_extractor_(sr), self.feature_extractor_(hr))
 
     def generator_loss(self, forward, lr, hr, adversarial=True):
         sr = forward(lr)
@@ -96,7 +100,10 @@ class SRGANNet(DPNet):
         self._set_training(True)
         lr, hr = self.get_train_inputs(*batch)
         d_loss = None
-        if self.in_gan_phase():
+        gan = self.in_gan_phase()
+        for group in self.optimizer_.param_groups:  # Ledig et al. lower the rate for the GAN phase
+            group["lr"] = self.gan_lr if gan and self.gan_lr is not None else self.lr
+        if gan:
             with torch.no_grad():
                 fake = self.module_.generator(lr)
             self._zero_grad_optimizer(set_to_none=True)

@@ -68,8 +68,11 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
     batch_size : int, default=16
         Expected lot size (lots are Poisson samples).
     lr : float, default=1e-3
-        Adam's learning rate for both networks (Ledig et al.: 1e-4 over 10^6
-        steps; a higher rate suits a few thousand steps on CPU).
+        Adam's learning rate for both networks while pre-training (Ledig et
+        al.: 1e-4 over 10^6 steps; a higher rate suits a few thousand steps on CPU).
+    gan_lr : float or None, default=None
+        Learning rate of the adversarial phase; None is ``lr / 10`` (Ledig et
+        al. also lower it tenfold).
     adversarial_weight : float, default=1e-3
     feature_extractor : torch.nn.Module or None, default=None
         Content loss on its features instead of pixels (a perceptual loss, e.g.
@@ -123,6 +126,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         "gan_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "lr": [Interval(numbers.Real, 0, None, closed="neither")],
+        "gan_lr": [None, Interval(numbers.Real, 0, None, closed="neither")],
         "adversarial_weight": [Interval(numbers.Real, 0, None, closed="left")],
         "feature_extractor": [None, torch.nn.Module],
         "max_grad_norm": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -135,7 +139,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
 
     def __init__(self, scale=8, *, n_residual_blocks=5, n_filters=64, discriminator_filters=64, norm="auto",
                  image_shape=None, degradation="bicubic", pretrain_epochs=100, gan_epochs=50, batch_size=16,
-                 lr=1e-3, adversarial_weight=1e-3, feature_extractor=None, epsilon=None, delta=1e-5,
+                 lr=1e-3, gan_lr=None, adversarial_weight=1e-3, feature_extractor=None, epsilon=None, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", ledger=None, device="cpu",
                  verbose=0, random_state=None):
         self.scale = scale
@@ -149,6 +153,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         self.gan_epochs = gan_epochs
         self.batch_size = batch_size
         self.lr = lr
+        self.gan_lr = gan_lr
         self.adversarial_weight = adversarial_weight
         self.feature_extractor = feature_extractor
         self.epsilon = epsilon
@@ -223,6 +228,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         return SRGANNet(
             SRGAN, **{f"module__{k}": v for k, v in module_kwargs.items()},
             pretrain_epochs=self.pretrain_epochs, adversarial_weight=self.adversarial_weight,
+            gan_lr=self.lr / 10 if self.gan_lr is None else self.gan_lr,
             feature_extractor=self.feature_extractor,
             epsilon=self.epsilon if private and self.epsilon is not None else math.inf,
             delta=self.delta, max_grad_norm=self.max_grad_norm if private else math.inf,
