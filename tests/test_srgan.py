@@ -203,7 +203,7 @@ def test_perceptual_loss_uses_the_given_feature_extractor_and_keeps_it_frozen():
     features = torch.nn.Conv2d(1, 3, 3, padding=1)
     before = features.weight.detach().clone()
     sr = SRGANTransformer(scale=2, pretrain_epochs=2, gan_epochs=1, feature_extractor=features, **TINY).fit(X)
-    assert torch.equal(sr.net_.feature_extractor_.weight, before)
+    assert torch.equal(sr.net_.feature_extractor.module.weight, before)
     assert features.weight.requires_grad  # the parameter itself is not modified
     low, hr = torch.tensor(X[:4, None, ::2, ::2].copy()), torch.tensor(X[:4, None])
     out = sr.generator_(low)

@@ -29,8 +29,25 @@ def pixel_mse(sr, hr):
     return (sr - hr).pow(2).flatten(1).mean(1)
 
 
+class FrozenFeatures:
+    """A frozen copy of a feature extractor for the perceptual loss.
+
+    Not an ``nn.Module`` itself, so that skorch does not take it for a trainable component; the
+    caller's module is left as given.
+    """
+
+    def __init__(self, module, device="cpu"):
+        self.module = copy.deepcopy(module).to(device).eval().requires_grad_(False)
+
+    def __call__(self, x):
+        return self.module(x)
+
+
 class SRGANNet(DPNet):
-    """DPNet over an ``SRGAN`` module (``.generator``, ``.discriminator``)."""
+    """DPNet over an ``SRGAN`` module (``.generator``, ``.discriminator``).
+
+    ``feature_extractor``: None (pixel MSE) or a callable such as ``FrozenFeatures``.
+    """
 
     def __init__(self, *args, pretrain_epochs=10, adversarial_weight=1e-3, feature_extractor=None, gan_lr=None,
                  **kwargs):
@@ -57,9 +74,6 @@ class SRGANNet(DPNet):
         self.discriminator_engine_ = self.make_engine(
             gan.discriminator, sigma * math.sqrt(2), expected_batch_size, clipping="vmap" if private else None)
         self.gan_noise_multiplier_ = sigma * math.sqrt(2)
-        # A frozen copy: the caller's module (a parameter) is left as it was given.
-        self.feature_extractor_ = (None if self.feature_extractor is None else
-                                   copy.deepcopy(self.feature_extractor).to(self.device).eval().requires_grad_(False))
         return ["engine_", "discriminator_engine_"]
 
     def get_train_inputs(self, Xi, yi):
@@ -69,9 +83,9 @@ class SRGANNet(DPNet):
 
     # ---- losses (one value per example) -------------------------------------------------
     def content_loss(self, sr, hr):
-        if self.feature_extractor_ is None:
+        if self.feature_extractor is None:
             return pixel_mse(sr, hr)
-        return pixel_mse(self.feature_extractor_(sr), self.feature_extractor_(hr))
+        return pixel_mse(self.feature_extractor(sr), self.feature_extractor(hr))
 
     def generator_loss(self, forward, lr, hr, adversarial=True):
         sr = forward(lr)

@@ -16,7 +16,7 @@ from ..exceptions import PrivacyLeakWarning
 from ..preprocessing import resample
 from ..utils.images import as_images, normalize_image_shape, restore_layout
 from ..utils.validation import PRIVACY_CONSTRAINTS, warn_if_delta_too_large
-from .net import SRGANNet
+from .net import FrozenFeatures, SRGANNet
 from .networks import SCALES, SRGAN
 
 # Images pushed through the generator at once in ``transform``.
@@ -229,7 +229,8 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
             SRGAN, **{f"module__{k}": v for k, v in module_kwargs.items()},
             pretrain_epochs=self.pretrain_epochs, adversarial_weight=self.adversarial_weight,
             gan_lr=self.lr / 10 if self.gan_lr is None else self.gan_lr,
-            feature_extractor=self.feature_extractor,
+            feature_extractor=(None if self.feature_extractor is None
+                               else FrozenFeatures(self.feature_extractor, self.device)),
             epsilon=self.epsilon if private and self.epsilon is not None else math.inf,
             delta=self.delta, max_grad_norm=self.max_grad_norm if private else math.inf,
             noise_multiplier=self.noise_multiplier if private else 0.0, accounting=self.accounting,
