@@ -300,14 +300,15 @@ What super-resolution adds (accuracy of the SR row minus the others, delta = 1e-
 {markdown_table(["classifier start", "epsilon", "SR - bicubic", "SR - 14x11"], gains)}
 
 Reading:
-- Super-resolution adds nothing measurable here. A linear DP model on the SR output does as well as on
-  bicubic upsampling or on the 14x11 pixels themselves, within a standard deviation. The SR generator,
-  trained on 40 faces, matches bicubic in PSNR/SSIM and gives the classifier no features it lacks.
+- Super-resolution adds nothing here. A linear DP model on the SR output does no better than on
+  bicubic upsampling or on the 14x11 pixels themselves (the table above: equal or a little worse). The
+  SR generator, trained on 40 faces, matches bicubic in PSNR/SSIM and gives the classifier no features
+  it lacks.
 - What the public faces do add is a starting point: the 40 public faces as prototypes of a
   nearest-prototype rule already score about 0.73 *without touching the private data*; DP-SGD from
   there gains a few points at epsilon 5 to 10. Any comparison with DP accuracy on ORL should show this
   zero-epsilon baseline.
-- The thesis's numbers for "with SRGAN" are reached (or nearly, see the table) only with the public
+- The thesis's numbers for "with SRGAN" are approached (see the table) only with the public
   initialisation, and then equally without SR. Its "without SRGAN" numbers are weak baselines.
 - MI-Face: at epsilon 5 and 10 the reconstructions are the DP noise in the weights (high-contrast
   patterns, SSIM to the mean face about 0.05, like noise); at epsilon = inf they are recognisable,

@@ -173,7 +173,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         return tags
 
     @property
-    def private(self):
+    def _private(self):
         return self.epsilon is not None or self.noise_multiplier is not None
 
     # -- fit ---------------------------------------------------------------------------------
@@ -190,11 +190,11 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
                 f"SRGANTransformer: images of {H}x{W} are smaller than scale={self.scale}; fit takes the "
                 "high-resolution images (in a Pipeline over low-resolution data, wrap a fitted "
                 "transformer in sklearn.frozen.FrozenEstimator).")
-        norm = self.norm if self.norm != "auto" else ("group" if self.private else "batch")
-        if self.private and norm == "batch":
+        norm = self.norm if self.norm != "auto" else ("group" if self._private else "batch")
+        if self._private and norm == "batch":
             raise ValueError("SRGANTransformer: norm='batch' mixes the examples of a lot and has no "
                              "per-example gradient; use norm='group' (or 'auto') with epsilon.")
-        if self.private:
+        if self._private:
             warn_if_delta_too_large(self.delta, len(hr), "SRGANTransformer")
         self.image_shape_, self.low_res_shape_ = (C, H, W), (C, h, w)
         lr_images = resample(hr, (h, w), self.degradation)
@@ -207,14 +207,14 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         self.generator_ = self.net_.module_.generator.eval()
         self.n_steps_ = self.net_.accountant_.n_steps
         self.noise_multiplier_ = self.net_.noise_multiplier_
-        self.epsilon_ = self.net_.epsilon_spent() if self.private else math.inf
-        self.delta_ = float(self.delta) if self.private and math.isfinite(self.epsilon_) else 0.0
+        self.epsilon_ = self.net_.epsilon_spent() if self._private else math.inf
+        self.delta_ = float(self.delta) if self._private and math.isfinite(self.epsilon_) else 0.0
         seen = self.n_steps_ * self.net_.sample_rate_ * len(hr)
         self.images_per_second_ = seen / elapsed if elapsed > 0 else math.inf
         return self
 
     def _public_data_context(self):
-        if self.private:
+        if self._private:
             return contextlib.nullcontext()
         return _silence(PrivacyLeakWarning)
 
@@ -222,7 +222,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         module_kwargs = dict(in_channels=channels, scale=self.scale, n_residual_blocks=self.n_residual_blocks,
                              n_filters=self.n_filters, discriminator_filters=self.discriminator_filters,
                              norm=norm, output_size=output_size)
-        private = self.private
+        private = self._private
         # The class, not an instance: DPNet builds it without touching torch's global generator and
         # initialises it from the fit's own.
         return SRGANNet(
