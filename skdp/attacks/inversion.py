@@ -129,7 +129,7 @@ class MIFace:
         aux = self.aux_term
 
         def cost(x, idx):
-            p = proba(x)
+            p = proba(x).cpu()  # the model may sit on a GPU; the attack's book-keeping is on the CPU
             conf = p[torch.arange(len(idx)), idx]
             c = 1 - conf
             if aux is not None:

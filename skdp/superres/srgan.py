@@ -260,7 +260,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         flat = x.dim() == 2
         images = x.reshape((-1,) + self.low_res_shape_) if flat else x
-        out = self.generator_(images)
+        out = self.generator_(images.to(self.device, torch.float32))
         return out.flatten(1) if flat else out
 
     def fit_transform(self, X, y=None):
