@@ -210,3 +210,18 @@ def test_perceptual_loss_uses_the_given_feature_extractor_and_keeps_it_frozen():
     expected = (features(out) - features(hr)).pow(2).flatten(1).mean(1)
     torch.testing.assert_close(sr.net_.content_loss(out, hr), expected)
     assert not torch.allclose(sr.net_.content_loss(out, hr), (out - hr).pow(2).flatten(1).mean(1))
+
+
+def test_grid_search_over_epsilon_keeps_the_frozen_generator():
+    from sklearn.model_selection import GridSearchCV
+    X = smooth_images(40)
+    y = np.arange(40) % 2
+    sr = SRGANTransformer(scale=2, pretrain_epochs=1, gan_epochs=0, **TINY).fit(X[:8])
+    weights = [p.detach().clone() for p in sr.generator_.parameters()]
+    low = Downsample(2).fit_transform(X).reshape(40, -1)
+    pipe = make_pipeline(FrozenEstimator(sr), CenterNormalize(),
+                         DPMomentumClassifier(classes=[0, 1], max_epochs=1, random_state=0))
+    search = GridSearchCV(pipe, {"dpmomentumclassifier__epsilon": [1.0, 4.0]}, cv=2).fit(low, y)
+    assert search.best_estimator_[-1].epsilon_ <= search.best_params_["dpmomentumclassifier__epsilon"]
+    assert search.best_estimator_[0].estimator is sr  # cloning a frozen step keeps the fitted one
+    assert all(torch.equal(a, b) for a, b in zip(weights, sr.generator_.parameters()))
