@@ -42,6 +42,8 @@ def models():
                              torch.randn(12, 16, 2, 2, generator=g)),
         "linear_on_sequence": (nn.Sequential(nn.Linear(5, 7), nn.Flatten(), nn.Linear(21, 4)),
                                torch.randn(12, 3, 5, generator=g)),
+        "groupnorm": (nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.PReLU(4), nn.Flatten(),
+                                    nn.Linear(64, 4)), torch.randn(12, 1, 4, 4, generator=g)),
         "layernorm_fallback": (nn.Sequential(nn.Linear(5, 7), nn.LayerNorm(7), nn.Linear(7, 4)),
                                torch.randn(12, 5, generator=g)),
     }
@@ -61,6 +63,14 @@ def test_clipped_sum_matches_per_example_reference(name, clipping):
         torch.testing.assert_close(got[id(p)], r, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(norms, ref_norms, atol=1e-4, rtol=1e-4)
     assert losses.shape == (12,)
+
+
+def test_conv_per_example_gradients_by_grouped_convolution(monkeypatch):
+    # Large maps take the grouped-convolution path instead of unfolding; same clipped sums.
+    import skdp.engine.layers as layers
+    monkeypatch.setattr(layers, "UNFOLD_LIMIT", 0)
+    test_clipped_sum_matches_per_example_reference("cnn_grouped_prelu", "auto")
+    test_clipped_sum_matches_per_example_reference("groupnorm", "auto")
 
 
 def test_auto_clipping_uses_hooks_where_it_can():

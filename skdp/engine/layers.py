@@ -76,6 +76,29 @@ def linear_rule(module, a, g):
     return norm_sq, clipped
 
 
+# Above this many elements the unfolded input (B x D x T) costs more than a grouped convolution.
+UNFOLD_LIMIT = 2 ** 20
+
+
+def _per_example_conv_weight(module, a, g):
+    """Per-example weight gradients ``(B, O, C/G * kh * kw)``.
+
+    Small inputs: unfold and contract. Large maps (a 9x9 kernel on a 112x88 image unfolds to
+    B x 2592 x 9856): one convolution-weight gradient with the batch folded into the groups.
+    """
+    B, O, G = a.shape[0], module.out_channels, module.groups
+    D = module.weight[0].numel()
+    T = g.shape[2] * g.shape[3]
+    if B * D * T <= UNFOLD_LIMIT:
+        cols = F.unfold(a, module.kernel_size, dilation=module.dilation, padding=module.padding,
+                        stride=module.stride).reshape(B, G, D, T)
+        return torch.einsum("bgot,bgdt->bgod", g.reshape(B, G, O // G, T), cols).reshape(B, O, D)
+    w = torch.nn.grad.conv2d_weight(a.reshape(1, -1, *a.shape[2:]), (B * O,) + tuple(module.weight.shape[1:]),
+                                    g.reshape(1, -1, *g.shape[2:]), module.stride, module.padding,
+                                    module.dilation, B * G)
+    return w.reshape(B, O, D)
+
+
 @register(nn.Conv2d)
 def conv2d_rule(module, a, g):
     B, G = a.shape[0], module.groups
@@ -85,18 +108,17 @@ def conv2d_rule(module, a, g):
     norm_sq = a.new_zeros(B)
     per_example = None
     if use_w:
-        cols = F.unfold(a, module.kernel_size, dilation=module.dilation,
-                        padding=module.padding, stride=module.stride)  # (B, D*G, T)
-        T = cols.shape[-1]
-        cols = cols.reshape(B, G, -1, T)
-        gg = g_flat.reshape(B, G, O // G, T)
-        D, P = cols.shape[2], gg.shape[2]
+        T = g_flat.shape[-1]
+        D, P = module.weight[0].numel(), O // G
         if _ghost_is_cheaper(T, D, P):
+            cols = F.unfold(a, module.kernel_size, dilation=module.dilation,
+                            padding=module.padding, stride=module.stride).reshape(B, G, D, T)
+            gg = g_flat.reshape(B, G, P, T)
             aa = torch.einsum("bgdt,bgds->bgts", cols, cols)
             gg2 = torch.einsum("bgot,bgos->bgts", gg, gg)
             norm_sq += (aa * gg2).sum((1, 2, 3))
         else:
-            per_example = torch.einsum("bgot,bgdt->bgod", gg, cols)  # (B, G, O/G, D)
+            per_example = _per_example_conv_weight(module, a, g).reshape(B, G, P, D)
             norm_sq += per_example.pow(2).sum((1, 2, 3))
     if use_b:
         g_bias = g_flat.sum(2)
