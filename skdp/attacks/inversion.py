@@ -73,13 +73,16 @@ class MIFace:
 
     Examples
     --------
+    >>> import warnings
     >>> from sklearn.datasets import load_digits
     >>> from skdp import DPMomentumClassifier
     >>> X, y = load_digits(return_X_y=True)
-    >>> clf = DPMomentumClassifier(epsilon=float("inf"), classes=range(10), random_state=0)
-    >>> clf = clf.fit(X / 16, y)  # doctest: +SKIP
-    >>> MIFace(clf, alpha=200).run([3]).confidences[0] > 0.5  # doctest: +SKIP
-    True
+    >>> with warnings.catch_warnings():  # epsilon=inf: not private, and it says so
+    ...     warnings.simplefilter("ignore")
+    ...     clf = DPMomentumClassifier(epsilon=float("inf"), classes=range(10), random_state=0).fit(X / 16, y)
+    >>> result = MIFace(clf, alpha=200, lambda_=1.0, process=lambda x: x.clamp(0, 1)).run([3])
+    >>> result.reconstructions.shape, bool(result.confidences[0] > 0.9)
+    ((1, 64), True)
     """
 
     def __init__(self, estimator, *, alpha=5000, beta=100, gamma=0.99, lambda_=0.1, process=None, aux_term=None,
