@@ -154,14 +154,20 @@ def test_without_noise_the_fit_is_not_private_and_says_so():
 
 
 # -- pipelines -----------------------------------------------------------------------------
-def test_frozen_in_a_pipeline_is_not_refitted():
+def frozen_sr_pipeline():
+    """A public SR fit, its weights, private low-resolution data and a pipeline that freezes the SR."""
     X = smooth_images(40)
     y = np.arange(40) % 2
-    sr = SRGANTransformer(scale=2, pretrain_epochs=2, gan_epochs=0, **TINY).fit(X[:10])
+    sr = SRGANTransformer(scale=2, pretrain_epochs=1, gan_epochs=0, **TINY).fit(X[:10])
     weights = [p.detach().clone() for p in sr.generator_.parameters()]
     low = Downsample(2).fit_transform(X).reshape(40, -1)
     pipe = make_pipeline(FrozenEstimator(sr), CenterNormalize(),
                          DPMomentumClassifier(epsilon=5.0, classes=[0, 1], max_epochs=2, random_state=0))
+    return sr, weights, low, y, pipe
+
+
+def test_frozen_in_a_pipeline_is_not_refitted():
+    sr, weights, low, y, pipe = frozen_sr_pipeline()
     pipe.fit(low, y)
     assert pipe.predict(low).shape == (40,)
     assert all(torch.equal(a, b) for a, b in zip(weights, sr.generator_.parameters()))
@@ -214,13 +220,7 @@ def test_perceptual_loss_uses_the_given_feature_extractor_and_keeps_it_frozen():
 
 def test_grid_search_over_epsilon_keeps_the_frozen_generator():
     from sklearn.model_selection import GridSearchCV
-    X = smooth_images(40)
-    y = np.arange(40) % 2
-    sr = SRGANTransformer(scale=2, pretrain_epochs=1, gan_epochs=0, **TINY).fit(X[:8])
-    weights = [p.detach().clone() for p in sr.generator_.parameters()]
-    low = Downsample(2).fit_transform(X).reshape(40, -1)
-    pipe = make_pipeline(FrozenEstimator(sr), CenterNormalize(),
-                         DPMomentumClassifier(classes=[0, 1], max_epochs=1, random_state=0))
+    sr, weights, low, y, pipe = frozen_sr_pipeline()
     search = GridSearchCV(pipe, {"dpmomentumclassifier__epsilon": [1.0, 4.0]}, cv=2).fit(low, y)
     assert search.best_estimator_[-1].epsilon_ <= search.best_params_["dpmomentumclassifier__epsilon"]
     assert search.best_estimator_[0].estimator is sr  # cloning a frozen step keeps the fitted one
