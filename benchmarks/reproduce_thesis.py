@@ -28,7 +28,6 @@ import warnings
 
 import matplotlib
 import numpy as np
-import torch
 from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline

@@ -1,7 +1,6 @@
 """SRGANTransformer: shapes, learning, the GAN phase, privacy, pipelines, bad input."""
 import math
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils._param_validation import InvalidParameterError
 
 from skdp import BudgetLedger, DPMomentumClassifier, PrivacyLeakWarning
-from skdp.preprocessing import CenterNormalize, Downsample, Upsample
+from skdp.preprocessing import CenterNormalize, Downsample
 from skdp.superres import SRGANTransformer, SRResNet, psnr, ssim
 from skdp.superres.net import SRGANNet
 from skdp.superres.networks import SRGAN

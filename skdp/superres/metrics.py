@@ -22,7 +22,7 @@ def _gaussian_window(size=11, sigma=1.5):
     return (g[:, None] * g[None, :])[None, None]
 
 
-def ssim_map(reference, image, data_range=1.0):
+def ssim_per_image(reference, image, data_range=1.0):
     """Per-image SSIM of two ``(n, C, H, W)`` tensors (float64), averaged over channels and pixels."""
     C1, C2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
     n, c = reference.shape[:2]
@@ -50,4 +50,4 @@ def ssim(reference, image, data_range=1.0, image_shape=None):
     if ref.shape != img.shape:
         raise ValueError(f"ssim: reference images {ref.shape[1:]} and images {img.shape[1:]} differ in shape.")
     t = torch.as_tensor
-    return float(ssim_map(t(ref, dtype=torch.float64), t(img, dtype=torch.float64), data_range).mean())
+    return float(ssim_per_image(t(ref, dtype=torch.float64), t(img, dtype=torch.float64), data_range).mean())

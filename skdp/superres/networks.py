@@ -7,7 +7,6 @@ what DP-SGD training uses.
 """
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
