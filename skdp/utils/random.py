@@ -1,18 +1,39 @@
-"""Randomness without global state.
+"""Randomness without global state, and mechanism noise that nobody can replay.
 
-Every random draw in skdp goes through a ``numpy.random.Generator`` made from
-``random_state`` or through a ``torch.Generator`` seeded from it. ``None``
-means fresh OS entropy: the global numpy and torch generators are never read
-or reseeded, so a user's own seeding can neither weaken nor replay our noise.
+Two kinds of randomness, kept apart:
+
+- **Non-mechanism randomness** (weight initialisation, random projections of a
+  loss, sampling from a released model) goes through a ``numpy.random.Generator``
+  made from ``random_state`` by :func:`make_rng`. A fixed ``random_state`` makes
+  it reproducible; that is harmless because privacy does not rest on it.
+- **Mechanism randomness** (Gaussian noise of DP-SGD, Poisson lots, Laplace on
+  counts, the exponential mechanism, randomized response) comes from
+  :func:`mechanism_rng`: fresh OS entropy for every fit, never derived from
+  ``random_state`` and never stored on a fitted estimator. If it could be
+  regenerated, an attacker holding the released estimator could subtract the
+  noise, and two fits on neighbouring data would reveal the differing record.
+
+Reproducible noise for experiments is an explicit, warned opt-in:
+``with skdp.insecure_noise_seed(0): ...``. Fits inside it warn with
+``PrivacyLeakWarning``, set ``noise_seeded_ = True`` and
+``privacy_certified_ = False``. The global numpy and torch generators are
+never read or reseeded.
 """
+import contextlib
 import numbers
+import threading
+import warnings
 
 import numpy as np
 import torch
 
+from ..exceptions import PrivacyLeakWarning
+
+_STATE = threading.local()
+
 
 def make_rng(random_state):
-    """Return a ``numpy.random.Generator`` for ``random_state``.
+    """Return a ``numpy.random.Generator`` for ``random_state`` (non-mechanism randomness only).
 
     ``None`` -> seeded from OS entropy; int -> deterministic; a ``Generator``
     is used as it is; a legacy ``RandomState`` seeds a new generator from one
@@ -31,6 +52,63 @@ def make_rng(random_state):
     raise ValueError(
         f"random_state must be None, an int, a numpy Generator or RandomState; got {random_state!r}."
     )
+
+
+@contextlib.contextmanager
+def insecure_noise_seed(seed):
+    """Make mechanism noise reproducible inside the block: for experiments only, NOT private.
+
+    Every fit inside the block draws its noise, lots and other mechanism
+    randomness from ``seed`` (the same seed gives the same noise, fit after
+    fit), warns with ``PrivacyLeakWarning`` and reports ``noise_seeded_=True``
+    and ``privacy_certified_=False``. Whoever knows the seed can subtract the
+    noise. The setting is local to the thread and is not sent to joblib worker
+    processes: fits there draw fresh noise.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from skdp import DPFisherClassifier, PrivacyLeakWarning, insecure_noise_seed
+    >>> X, y = [[0.0], [1.0], [0.2], [0.9]], [0, 1, 0, 1]
+    >>> with warnings.catch_warnings(), insecure_noise_seed(7):
+    ...     warnings.simplefilter("ignore", PrivacyLeakWarning)
+    ...     a = DPFisherClassifier(bounds=(0, 1), classes=[0, 1]).fit(X, y).means_
+    ...     b = DPFisherClassifier(bounds=(0, 1), classes=[0, 1]).fit(X, y).means_
+    >>> bool((a == b).all())
+    True
+    """
+    if not (isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and seed >= 0):
+        raise ValueError(f"insecure_noise_seed needs a non-negative int seed, got {seed!r}.")
+    previous = getattr(_STATE, "seed", None)
+    _STATE.seed = int(seed)
+    try:
+        yield
+    finally:
+        _STATE.seed = previous
+
+
+def noise_is_seeded():
+    """Whether an :func:`insecure_noise_seed` block is active in this thread."""
+    return getattr(_STATE, "seed", None) is not None
+
+
+def mechanism_rng(owner=None):
+    """A fresh ``numpy.random.Generator`` for a mechanism's randomness.
+
+    OS entropy, unless inside :func:`insecure_noise_seed`. With ``owner`` (the
+    estimator being fitted) it sets ``owner.noise_seeded_`` and warns when the
+    noise is seeded. Callers must not keep the generator on a fitted object.
+    """
+    seed = getattr(_STATE, "seed", None)
+    if owner is not None:
+        owner.noise_seeded_ = seed is not None
+    if seed is None:
+        return np.random.default_rng()
+    warnings.warn(
+        f"{type(owner).__name__ if owner is not None else 'mechanism'}: noise is seeded by "
+        "insecure_noise_seed: reproducible, NOT differentially private (privacy_certified_=False).",
+        PrivacyLeakWarning, stacklevel=3)
+    return np.random.default_rng(seed)
 
 
 def torch_generator(rng, device="cpu"):
