@@ -6,7 +6,8 @@ from .generative import PGEGenerator, TrainOnSynthetic
 from .superres import SRGANTransformer
 from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
-                      search_privacy_cost)
+                      privacy_spent, search_privacy_cost)
+from .utils.random import insecure_noise_seed
 
 __version__ = "0.1.0"
 
@@ -27,4 +28,6 @@ __all__ = [
     "calibrate_noise_multiplier",
     "compute_epsilon",
     "search_privacy_cost",
+    "privacy_spent",
+    "insecure_noise_seed",
 ]

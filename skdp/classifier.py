@@ -8,7 +8,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .nn import DPNet, module_spec
+from .nn import DPNet, module_spec, plan_dpsgd
+from .privacy import set_privacy_attributes
 from .utils.validation import (DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size,
                                warn_if_delta_too_large)
 
@@ -22,6 +23,11 @@ class DPNetEstimatorMixin:
     def _net_kwargs(self):
         return {k: getattr(self, k) for k in getattr(self, "_extra_params", ())
                 if k.startswith(NET_PREFIXES)}
+
+    def _extra_kwargs(self):
+        # All extra parameters, misspelt ones too: get_params must return them so that clone() (and
+        # so every search) keeps a typo, and fit refuses it there as it does in a direct fit.
+        return {k: getattr(self, k) for k in getattr(self, "_extra_params", ())}
 
     def _store_net_kwargs(self, kwargs):
         # Stored as given (scikit-learn validates in fit, never in __init__).
@@ -40,11 +46,12 @@ class DPNetEstimatorMixin:
 
     def get_params(self, deep=True):
         params = super().get_params(deep=deep)
-        params.update(self._net_kwargs())
+        params.update(self._extra_kwargs())
         return params
 
     def set_params(self, **params):
-        self._store_net_kwargs({k: params.pop(k) for k in list(params) if k.startswith(NET_PREFIXES)})
+        self._store_net_kwargs({k: params.pop(k) for k in list(params)
+                                if k.startswith(NET_PREFIXES) or k in getattr(self, "_extra_params", ())})
         if not params:
             return self
         return super().set_params(**params)
@@ -91,10 +98,18 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         Charged before training; raises ``BudgetExceededError`` if overdrawn.
     device : str, default="cpu"
     callbacks : list or None, default=None
-        skorch callbacks (they see only noisy gradients and the train loss).
+        skorch callbacks. They see only released quantities: the net, its noisy
+        weights and gradients, and a history of ``epoch``, ``dur`` and
+        ``epsilon``; data arguments (lots, ``X``, ``y``, unnoised losses) are
+        None. Callbacks that monitor or score private quantities (e.g.
+        ``EarlyStopping(monitor="train_loss")``) are refused.
     verbose : int, default=0
         1 prints skorch's log each epoch, with the epsilon spent so far.
     random_state : int, Generator or None, default=None
+        Seeds the weight initialisation only. The mechanism's randomness
+        (Poisson lots, noise) is always fresh OS entropy, so that nobody holding
+        the fitted estimator can replay it; for reproducible noise in
+        experiments see :func:`skdp.insecure_noise_seed` (not private).
     **kwargs
         ``module__*``, ``optimizer__*``, ``criterion__*``, ``callbacks__*``.
 
@@ -104,6 +119,14 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
     epsilon_ : float
         Epsilon spent by the fit (certified by the accountant; <= ``epsilon``).
     delta_ : float
+        Delta of the guarantee (0 without noise).
+    privacy_certified_ : bool
+        Whether (``epsilon_``, ``delta_``) is certified; False with
+        ``classes=None``, ``epsilon=inf`` or seeded noise (see ``privacy_notes_``).
+    privacy_notes_ : tuple of str
+        Why the fit is not certified (empty when it is).
+    noise_seeded_ : bool
+        True when fitted inside :func:`skdp.insecure_noise_seed`.
     noise_multiplier_ : float
     sample_rate_ : float
     n_steps_ : int
@@ -184,9 +207,17 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         self.noise_multiplier_ = self.net_.noise_multiplier_
         self.sample_rate_ = self.net_.sample_rate_
         self.n_steps_ = self.net_.accountant_.n_steps
-        self.epsilon_ = self.net_.epsilon_spent()
-        self.delta_ = 0.0 if math.isinf(self.epsilon_) else float(self.delta)
+        self.noise_seeded_ = self.net_.noise_seeded_
+        set_privacy_attributes(self, self.net_.epsilon_spent(), self.delta,
+                               read_from_data=["classes"] if self.classes is None else [])
         return self
+
+    def _planned_privacy(self, n_samples):
+        """(epsilon, delta) a fit on ``n_samples`` records will certify (public quantities only)."""
+        batch_size = resolve_batch_size(self.batch_size, n_samples)
+        *_, epsilon = plan_dpsgd(n_samples, batch_size, self.max_epochs, self.epsilon, self.delta,
+                                 self.noise_multiplier, self.accounting)
+        return epsilon, 0.0 if math.isinf(epsilon) else float(self.delta)
 
     def _make_net(self, input_shape, batch_size):
         kwargs = self._net_kwargs()
@@ -197,13 +228,13 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
                                             image_shape=self.image_shape, **module_kwargs)
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
+        kwargs.setdefault("iterator_valid__batch_size", 1024)
         return DPNet(
             module, epsilon=self.epsilon, delta=self.delta, max_grad_norm=self.max_grad_norm,
             noise_multiplier=self.noise_multiplier, accounting=self.accounting,
             clipping=self.clipping, ledger=self.ledger, random_state=self.random_state,
             lr=self.lr, max_epochs=self.max_epochs, batch_size=batch_size, device=self.device,
-            callbacks=self.callbacks, verbose=self.verbose, iterator_valid__batch_size=1024,
-            **kwargs,
+            callbacks=self.callbacks, verbose=self.verbose, **kwargs,
         )
 
     # -- predict -----------------------------------------------------------------------------

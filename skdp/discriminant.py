@@ -13,7 +13,8 @@ from .exceptions import PrivacyLeakWarning
 from .mechanisms import gaussian_dp_mu
 from .privacy.ledger import charge
 from .utils.bounds import apply_bounds, resolve_bounds
-from .utils.random import make_rng
+from .privacy.report import set_privacy_attributes
+from .utils.random import mechanism_rng
 from .utils.validation import PRIVACY_CONSTRAINTS, encode_labels, warn_if_delta_too_large
 
 # How the Gaussian-DP budget mu**2 is split between counts, sums and sums of squares.
@@ -55,6 +56,10 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         Share of the largest variance added to every variance (as in
         ``GaussianNB``); keeps noisy tiny variances from dominating.
     random_state : int, Generator or None, default=None
+        Accepted for scikit-learn compatibility; it does not seed the noise.
+        Mechanism randomness is always fresh OS entropy, so that nobody holding
+        the fitted estimator can replay it (see :func:`skdp.insecure_noise_seed`
+        for reproducible, non-private experiments).
 
     Attributes
     ----------
@@ -132,7 +137,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         mu = gaussian_dp_mu(self.epsilon, self.delta) if private else math.inf
         self.noise_std_ = {name: sensitivities[name] / (mu * math.sqrt(share))
                            for name, share in MU2_SHARES.items()}
-        rng = make_rng(self.random_state)
+        rng = mechanism_rng(self)  # fresh and secret: never from random_state
         counts = counts + rng.normal(scale=self.noise_std_["counts"], size=counts.shape)
         sums = sums + rng.normal(scale=self.noise_std_["sums"], size=sums.shape)
         squares = squares + rng.normal(scale=self.noise_std_["squares"], size=squares.shape)
@@ -147,9 +152,8 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         scale = var.max() if var.max() > 0 else 1.0
         self.var_ = var + self.var_smoothing * scale + np.finfo(float).tiny
         self.class_prior_ = self._resolve_priors(n_c / n_c.sum())
-        self.epsilon_ = float(self.epsilon)
-        self.delta_ = float(self.delta) if private else 0.0
-        self.privacy_certified_ = private
+        read = ([] if self.bounds is not None else ["bounds"]) + ([] if self.classes is not None else ["classes"])
+        set_privacy_attributes(self, self.epsilon, self.delta, read_from_data=read)
         return self
 
     def _resolve_priors(self, estimated):

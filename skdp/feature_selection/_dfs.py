@@ -10,7 +10,8 @@ from ..exceptions import PrivacyLeakWarning
 from ..mechanisms import gumbel_top_k, top_k_round_epsilon
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
-from ..utils.random import make_rng
+from ..privacy.report import set_privacy_attributes
+from ..utils.random import mechanism_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS, encode_labels, warn_if_delta_too_large
 from ._base import TopKSelectorMixin
 from ._scores import mean_gap
@@ -59,6 +60,10 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     ledger : BudgetLedger or None, default=None
         Charged before any noise is drawn ("paper" charges its claim).
     random_state : int, Generator or None, default=None
+        Accepted for scikit-learn compatibility; it does not seed the noise.
+        Mechanism randomness is always fresh OS entropy, so that nobody holding
+        the fitted estimator can replay it (see :func:`skdp.insecure_noise_seed`
+        for reproducible, non-private experiments).
 
     Attributes
     ----------
@@ -122,7 +127,12 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         elif self.method == "paper":
             self._fit_paper(X, codes, k, m)
         else:
-            self._fit_private(X, codes, k, m, make_rng(self.random_state))
+            self._fit_private(X, codes, k, m, mechanism_rng(self))
+        self.noise_seeded_ = getattr(self, "noise_seeded_", False)
+        certified = (self.method == "private" or m == X.shape[1]
+                     or "the paper's Algorithm 1 ranks the raw data at no privacy cost")
+        read = ([] if self.bounds is not None else ["bounds"]) + ([] if self.classes is not None else ["classes"])
+        set_privacy_attributes(self, self.epsilon_, self.delta_, certified=certified, read_from_data=read)
         return self
 
     def _fit_all(self, X):

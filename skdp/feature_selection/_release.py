@@ -12,7 +12,8 @@ from ..exceptions import PrivacyLeakWarning
 from ..mechanisms import analytic_gaussian_sigma
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds
-from ..utils.random import make_rng
+from ..privacy.report import set_privacy_attributes
+from ..utils.random import mechanism_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS
 from ._dfs import DPFisherSelector
 
@@ -59,6 +60,10 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     ledger : BudgetLedger or None, default=None
         Charged for the selection in ``fit`` and for the release in ``fit_transform``.
     random_state : int, Generator or None, default=None
+        Accepted for scikit-learn compatibility; it does not seed the noise.
+        Mechanism randomness is always fresh OS entropy, so that nobody holding
+        the fitted estimator can replay it (see :func:`skdp.insecure_noise_seed`
+        for reproducible, non-private experiments).
 
     Attributes
     ----------
@@ -151,7 +156,10 @@ class DFSRelease(TransformerMixin, BaseEstimator):
             self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
             if math.isinf(self.epsilon):
                 self.delta_ = 0.0
-        return kept + self._rng.normal(scale=self.noise_std_, size=kept.shape)
+        noise = mechanism_rng(self).normal(scale=self.noise_std_, size=kept.shape)
+        self.noise_seeded_ = self.noise_seeded_ or self.selector_.noise_seeded_
+        self._set_privacy()
+        return kept + noise
 
     def transform(self, X):
         """Select (and clip) the kept features of new data; adds no noise."""
@@ -166,22 +174,29 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     # -- internals ---------------------------------------------------------------------------
     def _fit(self, X, y):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
-        self._rng = make_rng(self.random_state)
         self._selects_all = self.n_features_to_select == X.shape[1]
         share = 1.0 if self.method == "paper" else self.selection_share
         self.selector_ = DPFisherSelector(
             self.n_features_to_select, epsilon=share * self.epsilon, delta=self.delta / 2,
             bounds=self.bounds, clip=self.clip, method=self.method, classes=self.classes,
-            ledger=self.ledger, random_state=self._rng,
+            ledger=self.ledger, random_state=self.random_state,
         ).fit(X, y)
+        self.noise_seeded_ = self.selector_.noise_seeded_
         self.classes_ = self.selector_.classes_
-        self.privacy_certified_ = self.selector_.privacy_certified_
         self.noise_std_, self.sensitivity_ = math.nan, math.nan
         if self.method == "paper":
             self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
         else:
             self.epsilon_, self.delta_ = self.selector_.epsilon_, self.selector_.delta_
+        self._set_privacy()
         return X
+
+    def _set_privacy(self):
+        # The selector's notes (bounds or labels read from the data, the paper's method) carry over.
+        notes = self.selector_.privacy_notes_
+        certified = True if not notes or self.method == "private" else "; ".join(notes)
+        read = ([] if self.bounds is not None else ["bounds"]) + ([] if self.classes is not None else ["classes"])
+        set_privacy_attributes(self, self.epsilon_, self.delta_, certified=certified, read_from_data=read)
 
     def _select(self, X):
         if self.method == "private":

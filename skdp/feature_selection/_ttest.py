@@ -1,9 +1,11 @@
 """TTestSelector: the paper's "t-testing" baseline. NOT private."""
+import math
 import warnings
 
 from sklearn.base import BaseEstimator, _fit_context
 
 from ..exceptions import PrivacyLeakWarning
+from ..privacy.report import set_privacy_attributes
 from ..utils.validation import encode_labels
 from ._base import TopKSelectorMixin
 from ._scores import max_pairwise_t
@@ -52,4 +54,5 @@ class TTestSelector(TopKSelectorMixin, BaseEstimator):
         self.classes_, codes = encode_labels(np.unique(y), y, type(self).__name__)
         self.scores_ = max_pairwise_t(X, codes, len(self.classes_))
         self._set_support(np.argsort(-self.scores_, kind="stable")[: self.n_features_to_select])
+        set_privacy_attributes(self, math.inf, 0.0, certified="a non-private baseline")
         return self

@@ -30,8 +30,22 @@ class PGENet(DPNet):
 
     def initialize(self):
         super().initialize()
+        # Noise levels, perturbations and projections of the loss: not a mechanism (DP-SGD's
+        # guarantee holds for any data-independent randomness of the loss), so random_state seeds them.
         self.draws_ = torch_generator(self.rng_, device=self.device)
         return self
+
+    def initialize_engines(self, sigma, expected_batch_size):
+        names = super().initialize_engines(sigma, expected_batch_size)
+        # The paper's randomized response is a mechanism: fresh entropy, dropped after the fit.
+        self._rr_generator = torch_generator(self._lot_rng, device=self.device)
+        return names
+
+    def fit_loop(self, X, y=None, epochs=None, **fit_params):
+        try:
+            return super().fit_loop(X, y, epochs=epochs, **fit_params)
+        finally:
+            self.__dict__.pop("_rr_generator", None)
 
     def get_train_inputs(self, Xi, yi):
         X = torch.as_tensor(Xi, dtype=torch.float32, device=self.device)
@@ -43,7 +57,7 @@ class PGENet(DPNet):
         Z = torch.randn(B, d, generator=g, device=self.device)
         V = torch.randn(B, self.n_projections, d, generator=g, device=self.device)
         if self.rr_k is not None:
-            V = randomized_response_projections(V, self.rr_k, self.rr_epsilon, g)
+            V = randomized_response_projections(V, self.rr_k, self.rr_epsilon, self._rr_generator)
         return X, Y, S, Z, V
 
     def _one_hot(self, yi, B):

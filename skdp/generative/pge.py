@@ -13,7 +13,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..exceptions import PrivacyLeakWarning
 from ..privacy.ledger import charge
 from ..utils.bounds import resolve_bounds
-from ..utils.random import make_rng, torch_generator
+from ..nn.net import check_device, plan_dpsgd
+from ..privacy import set_privacy_attributes
+from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from .hmc import hmc_sample
 from .net import PGENet, harmonic_square_levels
@@ -93,6 +95,10 @@ class PGEGenerator(BaseEstimator):
     verbose : int, default=0
         1: skorch's training log (with epsilon) and sampling progress.
     random_state : int, Generator or None, default=None
+        Seeds the initialisation and the loss's random draws (noise levels,
+        projections). The mechanisms' randomness (Laplace on the class counts,
+        DP-SGD's lots and noise, randomized response) is always fresh OS
+        entropy; see :func:`skdp.insecure_noise_seed` for experiments.
 
     Attributes
     ----------
@@ -186,12 +192,13 @@ class PGEGenerator(BaseEstimator):
         owner = type(self).__name__
         X = validate_data(self, X, dtype=np.float32, ensure_min_samples=2, reset=True) if y is None else \
             validate_data(self, X, y, dtype=np.float32, ensure_min_samples=2, reset=True)[0]
-        rng = make_rng(self.random_state)
+        rng = make_rng(self.random_state)  # initialisation and the loss's draws: not a mechanism
         certified = self.mechanism == "dpsgd"
+        check_device(self.device)  # before anything is charged
         if certified:
             warn_if_delta_too_large(self.delta, X.shape[0], owner)
         self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=certified)
-        codes = self._fit_labels(y, X.shape[0], rng, certified)
+        codes = self._fit_labels(y, X.shape[0], mechanism_rng(self), certified)
         Z = self._scale(X)
         self.sigmas_ = harmonic_square_levels(self.sigma_min, self.n_levels)
         self.net_ = self._make_net(X.shape[1], X.shape[0], rng, certified)
@@ -205,14 +212,28 @@ class PGEGenerator(BaseEstimator):
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
             self.net_.fit(Z, codes)
         self.noise_multiplier_ = self.net_.noise_multiplier_
+        self.noise_seeded_ = self.noise_seeded_ or self.net_.noise_seeded_
+        read = ([] if self.bounds is not None else ["bounds"]) + (
+            ["classes"] if self.classes is None and y is not None else [])
         if certified:
-            eps_counts = self.epsilon - self.net_.epsilon if self.classes_ is not None else 0.0
-            self.epsilon_ = self.net_.epsilon_spent() + (0.0 if math.isinf(self.epsilon) else eps_counts)
-            self.delta_ = 0.0 if math.isinf(self.epsilon_) else float(self.delta)
+            # Class proportions cost COUNT_SHARE * epsilon (Laplace); with epsilon=inf they are exact.
+            eps_counts = 0.0 if self.classes_ is None else COUNT_SHARE * self.epsilon
+            set_privacy_attributes(self, self.net_.epsilon_spent() + eps_counts, self.delta,
+                                   read_from_data=read)
         else:
-            self.epsilon_, self.delta_ = float(self.epsilon), 0.0
-        self.privacy_certified_ = certified and not math.isinf(self.epsilon_)
+            set_privacy_attributes(self, self.epsilon, 0.0, read_from_data=read, certified=(
+                "randomized response on data-independent projections certifies nothing (the paper's claim)"))
         return self
+
+    def _planned_privacy(self, n_samples):
+        """(epsilon, delta) a fit on ``n_samples`` records will certify; labels assumed (``classes`` set)."""
+        if self.mechanism != "dpsgd":
+            return float(self.epsilon), 0.0
+        share = COUNT_SHARE if (self.classes is not None and not math.isinf(self.epsilon)) else 0.0
+        *_, eps_net = plan_dpsgd(n_samples, resolve_batch_size(self.batch_size, n_samples), self.max_epochs,
+                                 (1 - share) * self.epsilon, self.delta, self.noise_multiplier, self.accounting)
+        epsilon = eps_net + share * self.epsilon
+        return epsilon, 0.0 if math.isinf(epsilon) else float(self.delta)
 
     def _fit_labels(self, y, n, rng, certified):
         if y is None:
@@ -285,7 +306,7 @@ class PGEGenerator(BaseEstimator):
         drawn from ``class_prior_`` unless ``y`` is given.
         """
         check_is_fitted(self)
-        if not isinstance(n_samples, numbers.Integral) or n_samples <= 0:
+        if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) or n_samples <= 0:
             raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
         rng = make_rng(random_state)
         labels, Y = self._sample_labels(n_samples, y, rng)

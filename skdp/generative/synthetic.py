@@ -1,5 +1,6 @@
 """Train on synthetic data: fit a private generator, fit any classifier on its samples."""
 import numbers
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone, _fit_context
@@ -7,6 +8,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..exceptions import PrivacyLeakWarning
 from ..utils.random import make_rng
 
 
@@ -17,6 +19,11 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     post-processing of the generator: the whole estimator spends what the
     generator spends (``epsilon_``). ``GridSearchCV`` over ``generator__epsilon``
     and ``Pipeline`` work as usual (and every fit of a search spends budget).
+
+    Like every scikit-learn meta-estimator it fits a *clone* of ``generator``:
+    passing an already fitted generator spends its epsilon a second time (it
+    warns). To train on a generator fitted before, without spending again,
+    wrap it: ``TrainOnSynthetic(sklearn.frozen.FrozenEstimator(gen))``.
 
     Parameters
     ----------
@@ -34,7 +41,11 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     generator_, classifier_ : fitted estimators
     classes_ : ndarray
     epsilon_, delta_ : float
-        The generator's spend.
+        The generator's spend (with a FrozenEstimator: spent when it was fitted).
+    privacy_certified_ : bool
+        The generator's.
+    privacy_notes_ : tuple of str
+        The generator's.
     """
 
     _parameter_constraints = {
@@ -53,6 +64,12 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y):
         X, y = validate_data(self, X, y, ensure_min_samples=2)
+        if hasattr(self.generator, "epsilon_") and type(self.generator).__name__ != "FrozenEstimator":
+            warnings.warn(
+                f"TrainOnSynthetic refits a clone of the fitted {type(self.generator).__name__}: that spends "
+                f"epsilon={self.generator.epsilon_:.4g} again. Wrap the fitted generator in "
+                "sklearn.frozen.FrozenEstimator to sample from it without refitting.",
+                PrivacyLeakWarning, stacklevel=2)
         self.generator_ = clone(self.generator).fit(X, y)
         rng = make_rng(self.random_state)
         classes, prior = self.generator_.classes_, self.generator_.class_prior_
@@ -66,6 +83,8 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         self.classes_ = self.generator_.classes_
         self.epsilon_ = self.generator_.epsilon_
         self.delta_ = self.generator_.delta_
+        self.privacy_certified_ = getattr(self.generator_, "privacy_certified_", False)
+        self.privacy_notes_ = getattr(self.generator_, "privacy_notes_", ())
         return self
 
     def predict(self, X):

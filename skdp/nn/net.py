@@ -4,14 +4,26 @@ This is the one DP-SGD loop of skdp. skorch's ``fit_loop`` runs the epochs and
 callbacks; ``DPNet`` overrides only the hooks skorch provides for that:
 
 - ``get_iterator`` draws Poisson lots (what the accountant assumes);
-- ``train_step`` hands the lot to ``DPSGDEngine`` (clip, noise) and steps the
-  optimizer, then records the step with the accountant;
+- ``train_step`` is a template: ``update_on_lot`` (the one hook nets with other
+  updates override, e.g. a GAN's two networks) releases gradients through
+  ``private_step`` (engine: clip + noise, ``on_grad_computed``, optimizer step),
+  and the base records the lot with the accountant;
 - ``per_example_loss`` / ``get_train_inputs`` are what estimators with other
   losses (score matching, GAN losses) override.
 
 Privacy is planned before the first step: the noise multiplier is calibrated
 from ``(epsilon, delta)`` for the exact number of lots, the ledger is charged,
-and only then is data touched.
+and only then is data touched. Mechanism randomness (lots, noise) comes from
+``mechanism_rng`` (fresh OS entropy), never from ``random_state``, and is
+dropped when the fit ends.
+
+Callbacks: skorch would hand the raw lot to ``on_batch_*``, ``(X, y)`` to
+``on_train_begin`` and the unnoised training loss to the history. Here only
+released quantities reach user callbacks: data arguments are replaced by
+None, the history holds ``epoch``, ``dur`` and ``epsilon`` only, and a
+callback that monitors or scores anything else is refused in ``initialize``.
+The unnoised training loss is shown to the data curator by ``verbose`` and
+never stored on the net.
 """
 import copy
 import math
@@ -20,7 +32,7 @@ import warnings
 import numpy as np
 import torch
 from skorch import NeuralNet
-from skorch.callbacks import Callback
+from skorch.callbacks import BatchScoring, Callback, EpochScoring, PassthroughScoring, PrintLog
 from skorch.dataset import Dataset, get_len, unpack_data
 from skorch.utils import to_tensor
 from torch.utils.data import default_collate
@@ -28,8 +40,47 @@ from torch.utils.data import default_collate
 from ..engine import DPSGDEngine, PoissonBatchSampler
 from ..exceptions import PrivacyLeakWarning
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
-from ..utils.random import make_rng, torch_generator
+from ..utils.random import make_rng, mechanism_rng, torch_generator
 from .init import init_parameters
+
+# What a fitted net releases in its history: everything else computed during training
+# (losses, lot sizes) is a function of the private data without noise.
+RELEASED_HISTORY_KEYS = frozenset({"epoch", "dur", "epsilon", "batches"})
+# Callback arguments that carry private data (raw lots, (X, y), unnoised losses).
+PRIVATE_CALLBACK_ARGS = frozenset({"X", "y", "batch", "dataset_train", "dataset_valid", "loss", "y_pred"})
+
+
+def check_device(device):
+    """Refuse a device that cannot train (unknown, unavailable or ``meta``), naming it."""
+    try:
+        dev = torch.device(device)
+        torch.empty(0, device=dev)
+    except (RuntimeError, TypeError, AssertionError) as exc:
+        raise ValueError(f"device={device!r} can not be used: {exc}. Use 'cpu' or an available 'cuda'.") from exc
+    if dev.type == "meta":
+        raise ValueError(f"device={device!r}: meta tensors hold no data, so nothing can be trained; "
+                         "use 'cpu' or 'cuda'.")
+
+
+def plan_dpsgd(n_samples, batch_size, epochs, epsilon, delta, noise_multiplier=None, accounting="rdp"):
+    """The privacy plan of a DP-SGD fit, from public quantities only (no data is touched).
+
+    Returns ``(sample_rate, lots_per_epoch, noise_multiplier, epsilon)``: the
+    sample rate ``batch_size / n_samples``, ``round(n / batch_size)`` lots per
+    epoch, sigma calibrated so that the epsilon at ``delta`` is at most
+    ``epsilon`` (or ``noise_multiplier`` as given), and the certified epsilon
+    of the whole plan. ``batch_size=-1`` means the whole data set.
+    """
+    batch_size = n_samples if batch_size == -1 else batch_size
+    sample_rate = min(1.0, batch_size / n_samples)
+    n_batches = max(1, int(round(n_samples / batch_size)))
+    n_steps = n_batches * epochs
+    if noise_multiplier is not None:
+        sigma = float(noise_multiplier)
+    else:
+        sigma = calibrate_noise_multiplier(epsilon, delta, sample_rate, n_steps, accounting)
+    projected = math.inf if sigma == 0 else compute_epsilon(sigma, sample_rate, n_steps, delta, accounting)
+    return sample_rate, n_batches, sigma, projected
 
 
 class EpsilonLogger(Callback):
@@ -37,6 +88,53 @@ class EpsilonLogger(Callback):
 
     def on_epoch_end(self, net, **kwargs):
         net.history.record("epsilon", net.epsilon_spent())
+
+
+class CuratorPrintLog(PrintLog):
+    """skorch's ``PrintLog``, plus the epoch's unnoised training losses for the data curator.
+
+    The losses are put in the history row only while the row is printed, and
+    taken out again: no callback, pickle or fitted attribute keeps them.
+    """
+
+    def on_epoch_end(self, net, **kwargs):
+        row = net.history[-1]
+        private = net.pop_private_log()
+        row.update(private)
+        try:
+            super().on_epoch_end(net, **kwargs)
+        finally:
+            for key in private:
+                row.pop(key, None)
+
+
+def check_callbacks(callbacks):
+    """Refuse user callbacks that would steer training on (or score) private quantities.
+
+    A callback that monitors ``train_loss`` (``EarlyStopping``, ``Checkpoint``,
+    ``ReduceLROnPlateau``) decides *when* training stops or changes from
+    unnoised losses: that decision is released (the number of steps, the
+    weights) and no accountant covers it.
+    """
+    for item in callbacks or []:
+        name, cb = item if isinstance(item, (tuple, list)) else (type(item).__name__, item)
+        if isinstance(cb, type):
+            raise TypeError(f"callback {name!r}: pass an instance, not the class {cb.__name__}.")
+        if isinstance(cb, (EpochScoring, BatchScoring, PassthroughScoring)):
+            raise ValueError(
+                f"callback {name!r} ({type(cb).__name__}) scores the model on the private training data "
+                "without noise, which would be released unaccounted. Score on public or held-out data "
+                "after fit instead.")
+        for attr in ("monitor", "policy_kwargs"):
+            monitor = getattr(cb, attr, None)
+            if isinstance(monitor, dict):
+                monitor = monitor.get("monitor")
+            if isinstance(monitor, str) and monitor.removesuffix("_best") not in RELEASED_HISTORY_KEYS:
+                raise ValueError(
+                    f"callback {name!r} ({type(cb).__name__}) monitors {monitor!r}, which DP training "
+                    f"does not release (released history keys: {sorted(RELEASED_HISTORY_KEYS)}); "
+                    "steering on private losses would leak unaccounted. Use a fixed number of epochs, "
+                    "or monitor=None.")
 
 
 class _LotLoader:
@@ -109,14 +207,58 @@ class DPNet(NeuralNet):
 
     # ---- set-up -------------------------------------------------------------------------
     def get_default_callbacks(self):
-        callbacks = list(super().get_default_callbacks())
-        callbacks.insert(len(callbacks) - 1, ("epsilon", EpsilonLogger()))  # before print_log
-        return callbacks
+        # skorch's defaults minus the unnoised loss scoring: epoch timer, epsilon, the curator's log.
+        timer = [(name, cb) for name, cb in super().get_default_callbacks() if name == "epoch_timer"]
+        return timer + [("epsilon", EpsilonLogger()), ("print_log", CuratorPrintLog())]
 
     def initialize(self):
+        check_callbacks(self.callbacks)
+        # random_state seeds initialisation and other non-mechanism draws only.
         self.rng_ = make_rng(self.random_state)
         self.accountant_ = PrivacyAccountant(self.accounting)
+        self._private_log = {}
         return super().initialize()
+
+    def initialize_callbacks(self):
+        super().initialize_callbacks()
+        defaults = dict(self.get_default_callbacks())
+        # Trusted: our own defaults, by name and class; everything else sees released quantities only.
+        self._trusted_callbacks = {name for name, cb in self.callbacks_
+                                   if name in defaults and type(cb) is type(defaults[name])}
+        return self
+
+    def notify(self, method_name, **cb_kwargs):
+        getattr(self, method_name)(self, **cb_kwargs)
+        public = {k: (None if k in PRIVATE_CALLBACK_ARGS else v) for k, v in cb_kwargs.items()}
+        trusted = getattr(self, "_trusted_callbacks", ())
+        for name, cb in self.callbacks_:
+            getattr(cb, method_name)(self, **(cb_kwargs if name in trusted else public))
+
+    # ---- the curator's log (never stored) ---------------------------------------------------
+    def log_private(self, key, value, weight=1.0):
+        """Add a private per-lot value (e.g. an unnoised loss) to this epoch's curator log."""
+        total, count = self._private_log.get(key, (0.0, 0.0))
+        self._private_log[key] = (total + float(value) * weight, count + weight)
+
+    def pop_private_log(self):
+        """The epoch's weighted means of private values, emptied (only ``CuratorPrintLog`` calls this)."""
+        log, self._private_log = getattr(self, "_private_log", {}), {}
+        return {k: (t / c if c else math.nan) for k, (t, c) in log.items()}
+
+    def run_single_epoch(self, iterator, training, prefix, step_fn, **fit_params):
+        if not training:
+            return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
+        # skorch records each lot's unnoised loss and size in the history; we keep them out of it.
+        for batch in iterator:
+            self.notify("on_batch_begin", batch=batch, training=True)
+            step = step_fn(batch, **fit_params)
+            self.notify("on_batch_end", batch=batch, training=True, **step)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        for key in ("_private_log", "_lot_rng"):
+            state.pop(key, None)
+        return state
 
     def initialize_module(self):
         """Build the module without touching torch's global generator, then initialise it.
@@ -139,18 +281,26 @@ class DPNet(NeuralNet):
     # ---- privacy plan -------------------------------------------------------------------
     def plan_privacy(self, n_samples, epochs):
         """Sample rate, lots per epoch and noise multiplier for ``epochs`` epochs on ``n_samples``."""
-        batch_size = n_samples if self.batch_size == -1 else self.batch_size
-        sample_rate = min(1.0, batch_size / n_samples)
-        n_batches = max(1, int(round(n_samples / batch_size)))
-        n_steps = n_batches * epochs
-        if self.noise_multiplier is not None:
-            sigma = float(self.noise_multiplier)
-        else:
-            sigma = calibrate_noise_multiplier(self.epsilon, self.delta, sample_rate, n_steps,
-                                               self.accounting)
-        projected = (math.inf if sigma == 0 else
-                     compute_epsilon(sigma, sample_rate, n_steps, self.delta, self.accounting))
+        sample_rate, n_batches, sigma, projected = plan_dpsgd(
+            n_samples, self.batch_size, epochs, self.epsilon, self.delta, self.noise_multiplier,
+            self.accounting)
         return sample_rate, n_batches, sigma, projected
+
+    def check_runnable(self, sigma, expected_batch_size):
+        """Refuse, before any budget is spent, a fit that cannot compute (it would spend for nothing)."""
+        check_device(self.device)
+        f32_max = float(np.finfo(np.float32).max)
+        lrs = {"lr": self.lr, "gan_lr": getattr(self, "gan_lr", None)}
+        for name, value in lrs.items():
+            if value is not None and not abs(float(value)) < f32_max:
+                raise ValueError(f"{name}={value!r} overflows float32 (max {f32_max:.3g}); use a finite rate "
+                                 "such as 0.1.")
+        if math.isfinite(self.max_grad_norm):
+            std = sigma * self.max_grad_norm / max(expected_batch_size, 1e-12)
+            if not (self.max_grad_norm < f32_max and std < f32_max):
+                raise ValueError(
+                    f"max_grad_norm={self.max_grad_norm!r} with noise_multiplier={sigma:.3g} gives a noise "
+                    f"standard deviation that overflows float32; use a clipping bound such as 1.0.")
 
     def epsilon_spent(self):
         """Epsilon spent by all steps so far, at ``delta``."""
@@ -166,10 +316,14 @@ class DPNet(NeuralNet):
         if sigma == 0:
             warnings.warn("Training with clipping and no noise (epsilon=inf): the model is NOT "
                           "differentially private.", PrivacyLeakWarning)
+        self.check_runnable(sigma, sample_rate * n_samples)
         if self.ledger is not None:
             self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
                               label=f"{type(self).__name__}: {n_batches * epochs} steps")
         self.sample_rate_, self.n_batches_, self.noise_multiplier_ = sample_rate, n_batches, sigma
+        # Lots and noise: fresh entropy for this fit, dropped when it ends (never pickled).
+        self._lot_rng = mechanism_rng(self)
+        self._private_log = {}
         engines = self.initialize_engines(sigma, sample_rate * n_samples)
         try:
             return super().fit_loop(X, y, epochs=epochs, **fit_params)
@@ -177,13 +331,14 @@ class DPNet(NeuralNet):
             for name in engines:
                 getattr(self, name).close()
                 delattr(self, name)
+            del self._lot_rng
 
     def make_engine(self, module, noise_multiplier, expected_batch_size, clipping=None):
         """A ``DPSGDEngine`` for ``module`` drawing noise from the fit's generator."""
         return DPSGDEngine(
             module, max_grad_norm=self.max_grad_norm, noise_multiplier=noise_multiplier,
             expected_batch_size=expected_batch_size,
-            generator=torch_generator(self.rng_, device=self.device),
+            generator=torch_generator(self._lot_rng, device=self.device),
             clipping=self.clipping if clipping is None else clipping)
 
     def initialize_engines(self, sigma, expected_batch_size):
@@ -204,7 +359,7 @@ class DPNet(NeuralNet):
             n = len(dataset)
             batch_size = n if batch_size in (-1, None) else batch_size
             return _LotLoader(dataset, [np.arange(i, min(i + batch_size, n)) for i in range(0, n, batch_size)])
-        sampler = PoissonBatchSampler(len(dataset), self.sample_rate_, self.n_batches_, self.rng_)
+        sampler = PoissonBatchSampler(len(dataset), self.sample_rate_, self.n_batches_, self._lot_rng)
         return _LotLoader(dataset, sampler)
 
     def get_train_inputs(self, Xi, yi):
@@ -218,15 +373,35 @@ class DPNet(NeuralNet):
     def get_loss(self, y_pred, y_true, X=None, training=False):
         return self.criterion_(y_pred, to_tensor(y_true, device=self.device)).mean()
 
+    def private_step(self, engine, loss_fn, inputs, optimizer=None):
+        """Release one noisy clipped gradient of ``loss_fn`` on the lot and step ``optimizer``.
+
+        Returns the per-example losses (unnoised: for the curator's log only).
+        """
+        optimizer = self.optimizer_ if optimizer is None else optimizer
+        optimizer.zero_grad(set_to_none=True)
+        losses, _ = engine.private_gradients(loss_fn, inputs)
+        self.notify("on_grad_computed", named_parameters=list(self.get_all_learnable_params()),
+                    batch=None, training=True)
+        optimizer.step()
+        return losses
+
+    def update_on_lot(self, inputs):
+        """The lot's update: one private step of ``per_example_loss``. Returns per-example losses.
+
+        Nets that update several networks on one lot (a GAN) override this; each
+        accounted lot must stay one Gaussian mechanism of multiplier
+        ``noise_multiplier_`` (k releases on one lot: ``sigma * sqrt(k)`` each).
+        """
+        return self.private_step(self.engine_, self.per_example_loss, inputs)
+
     def train_step(self, batch, **fit_params):
+        """Template: inputs -> ``update_on_lot`` -> one accountant step per lot."""
         self._set_training(True)
         Xi, yi = unpack_data(batch)
-        inputs = self.get_train_inputs(Xi, yi)
-        self._zero_grad_optimizer()
-        losses, _ = self.engine_.private_gradients(self.per_example_loss, inputs)
-        self.notify("on_grad_computed", named_parameters=list(self.get_all_learnable_params()),
-                    batch=batch, training=True)
-        self.optimizer_.step()
+        losses = self.update_on_lot(self.get_train_inputs(Xi, yi))
         self.accountant_.step(self.noise_multiplier_, self.sample_rate_)
         loss = losses.mean() if len(losses) else torch.zeros(())
+        if len(losses):
+            self.log_private("train_loss", loss.item(), len(losses))
         return {"loss": loss, "y_pred": None}

@@ -1,8 +1,9 @@
-"""Privacy core: accounting, noise calibration and budget ledgers."""
+"""Privacy core: accounting, noise calibration, budget ledgers and what estimators report."""
 from .accounting import ACCOUNTINGS, PrivacyAccountant, compute_epsilon
 from .calibration import calibrate_noise_multiplier
 from .ledger import BudgetLedger
-from .search import search_privacy_cost
+from .report import privacy_spent, set_privacy_attributes
+from .search import planned_spend, search_privacy_cost
 
 __all__ = [
     "ACCOUNTINGS",
@@ -10,5 +11,8 @@ __all__ = [
     "compute_epsilon",
     "calibrate_noise_multiplier",
     "BudgetLedger",
+    "planned_spend",
+    "privacy_spent",
     "search_privacy_cost",
+    "set_privacy_attributes",
 ]

@@ -19,8 +19,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from skorch.callbacks import PassthroughScoring
-
 from ..nn import DPNet
 
 
@@ -58,13 +56,6 @@ class SRGANNet(DPNet):
         self.adversarial_weight = adversarial_weight
         self.feature_extractor = feature_extractor
         self.gan_lr = gan_lr
-
-    def get_default_callbacks(self):
-        callbacks = list(super().get_default_callbacks())
-        # Epoch means of the discriminator's batch losses, shown in the log beside train_loss.
-        callbacks.insert(len(callbacks) - 1, ("discriminator_loss",
-                                              PassthroughScoring("discriminator_loss", on_train=True)))
-        return callbacks
 
     def initialize_engines(self, sigma, expected_batch_size):
         gan = self.module_
@@ -110,29 +101,19 @@ class SRGANNet(DPNet):
     def in_gan_phase(self):
         return len(self.history) > self.pretrain_epochs  # history has a row per started epoch
 
-    def train_step(self, batch, **fit_params):
-        self._set_training(True)
-        lr, hr = self.get_train_inputs(*batch)
-        d_loss = None
+    def update_on_lot(self, lot):
+        """GAN phase: a discriminator step then a generator step, each released with ``sigma * sqrt(2)``."""
+        lr, hr = lot
         gan = self.in_gan_phase()
         for group in self.optimizer_.param_groups:  # Ledig et al. lower the rate for the GAN phase
             group["lr"] = self.gan_lr if gan and self.gan_lr is not None else self.lr
-        if gan:
-            with torch.no_grad():
-                fake = self.module_.generator(lr)
-            self._zero_grad_optimizer(set_to_none=True)
-            d_losses, _ = self.discriminator_engine_.private_gradients(self.discriminator_loss, (hr, fake))
-            self.optimizer_.step()
-            d_loss = d_losses.mean() if len(d_losses) else torch.zeros(())
-            self.engine_.noise_multiplier = self.gan_noise_multiplier_
-            loss_fn = self.generator_loss
-        else:
+        if not gan:
             self.engine_.noise_multiplier = self.noise_multiplier_
-            loss_fn = self.per_example_loss
-        self._zero_grad_optimizer(set_to_none=True)
-        losses, _ = self.engine_.private_gradients(loss_fn, (lr, hr))
-        self.optimizer_.step()
-        self.accountant_.step(self.noise_multiplier_, self.sample_rate_)
-        # NaN while pre-training keeps the column (and its header) in the log from the first epoch.
-        self.history.record_batch("discriminator_loss", math.nan if d_loss is None else float(d_loss))
-        return {"loss": losses.mean() if len(losses) else torch.zeros(()), "y_pred": None}
+            return self.private_step(self.engine_, self.per_example_loss, lot)
+        with torch.no_grad():
+            fake = self.module_.generator(lr)
+        d_losses = self.private_step(self.discriminator_engine_, self.discriminator_loss, (hr, fake))
+        if len(d_losses):
+            self.log_private("discriminator_loss", d_losses.mean().item(), len(d_losses))
+        self.engine_.noise_multiplier = self.gan_noise_multiplier_
+        return self.private_step(self.engine_, self.generator_loss, lot)

@@ -13,6 +13,7 @@ from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning
+from ..privacy.report import set_privacy_attributes
 from ..preprocessing import resample
 from ..utils.images import as_images, normalize_image_shape, restore_layout
 from ..utils.validation import PRIVACY_CONSTRAINTS, warn_if_delta_too_large
@@ -169,7 +170,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = True
-        tags.non_deterministic = self.random_state is None
+        tags.non_deterministic = self.random_state is None or self._private
         return tags
 
     @property
@@ -207,8 +208,9 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         self.generator_ = self.net_.module_.generator.eval()
         self.n_steps_ = self.net_.accountant_.n_steps
         self.noise_multiplier_ = self.net_.noise_multiplier_
-        self.epsilon_ = self.net_.epsilon_spent() if self._private else math.inf
-        self.delta_ = float(self.delta) if self._private and math.isfinite(self.epsilon_) else 0.0
+        self.noise_seeded_ = self.net_.noise_seeded_
+        set_privacy_attributes(self, self.net_.epsilon_spent() if self._private else math.inf, self.delta,
+                               certified=True if self._private else "training data declared public (epsilon=None)")
         seen = self.n_steps_ * self.net_.sample_rate_ * len(hr)
         self.images_per_second_ = seen / elapsed if elapsed > 0 else math.inf
         return self

@@ -1,0 +1,85 @@
+"""The one meaning of ``epsilon_``, ``delta_`` and ``privacy_certified_``, for every estimator.
+
+After ``fit`` every skdp estimator that touches private data reports
+
+- ``epsilon_``, ``delta_``: what the fit spent (certified by a mechanism and
+  an accountant), or the claim of a method that certifies nothing;
+- ``privacy_certified_``: True only if (``epsilon_``, ``delta_``) is a
+  proven guarantee of everything the estimator releases: a finite epsilon,
+  fresh secret noise (not :func:`~skdp.utils.random.insecure_noise_seed`),
+  a certified mechanism, and no privacy-relevant value (bounds, label set)
+  read from the private data without paying for it.
+- ``privacy_notes_``: why not, when it is False (empty when certified).
+"""
+import math
+
+from ..utils.steps import nested_estimators, pipeline_steps
+
+
+def set_privacy_attributes(estimator, epsilon, delta, *, certified=True, read_from_data=()):
+    """Set ``epsilon_``, ``delta_``, ``privacy_certified_`` and ``privacy_notes_`` on a fitted estimator.
+
+    Parameters
+    ----------
+    estimator : estimator
+        The estimator being fitted.
+    epsilon, delta : float
+        What the fit spent (or claims, for an uncertified method).
+    certified : bool or str, default=True
+        Whether the mechanism itself is certified; a string is the reason it is not.
+    read_from_data : iterable of str
+        Privacy-relevant values that were read from the private data without
+        paying for them (e.g. ``"bounds"``, ``"classes"``).
+    """
+    epsilon = float(epsilon)
+    notes = [f"{name} read from the private data" for name in read_from_data]
+    if certified is not True:
+        notes.append(certified if isinstance(certified, str) else "the method certifies nothing")
+    if math.isinf(epsilon):
+        notes.append("no noise (epsilon is infinite)")
+    if getattr(estimator, "noise_seeded_", False):
+        notes.append("noise seeded by insecure_noise_seed")
+    estimator.epsilon_ = epsilon
+    estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
+    estimator.privacy_certified_ = not notes
+    estimator.privacy_notes_ = tuple(notes)
+    return estimator
+
+
+def privacy_spent(estimator):
+    """``(epsilon, delta, certified)`` of a fitted estimator or Pipeline, by basic composition.
+
+    Sums ``epsilon_`` and ``delta_`` over the Pipeline's steps (FrozenEstimator
+    steps were fitted elsewhere and are counted where they were fitted: not
+    here) and is certified only if every step that spent is certified.
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import FunctionTransformer
+    >>> from skdp import DPFisherClassifier
+    >>> pipe = make_pipeline(FunctionTransformer(), DPFisherClassifier(epsilon=1.0, bounds=(0, 1),
+    ...                                                                 classes=[0, 1]))
+    >>> eps, delta, certified = privacy_spent(pipe.fit([[0.1], [0.9], [0.2], [0.8]], [0, 1, 0, 1]))
+    >>> eps, certified
+    (1.0, True)
+    """
+    if type(estimator).__name__ == "FrozenEstimator":
+        return 0.0, 0.0, True
+    eps = delta = 0.0
+    certified = True
+    for step in (pipeline_steps(estimator) if hasattr(estimator, "steps") else [estimator]):
+        if step is not estimator and hasattr(step, "steps"):
+            e, d, c = privacy_spent(step)
+        elif hasattr(step, "epsilon_"):
+            e, d, c = step.epsilon_, step.delta_, getattr(step, "privacy_certified_", False)
+        else:
+            continue
+        eps, delta, certified = eps + e, delta + d, certified and c
+    return eps, min(delta, 1.0), certified
+
+
+def dp_steps(estimator):
+    """Every estimator in the tree of ``estimator`` that spends privacy (has an ``epsilon`` parameter)."""
+    return [e for e in nested_estimators(estimator)
+            if hasattr(e, "get_params") and "epsilon" in e.get_params(deep=False)]
