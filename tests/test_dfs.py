@@ -46,8 +46,10 @@ EXPECTED_FAILED_CHECKS = {
 @parametrize_with_checks([DPFisherSelector(1, random_state=0), DFSRelease(1, random_state=0),
                           TTestSelector(1), DPFisherClassifier(random_state=0)],
                          expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS.get(type(est).__name__, {}))
-def test_sklearn_compatible(estimator, check):
-    quiet(check, estimator)
+def test_sklearn_compatible(estimator, check, seeded_noise):
+    # Checks that demand identical refits run under the explicit insecure_noise_seed opt-in.
+    with seeded_noise():
+        quiet(check, estimator)
 
 
 # -- DPFisherSelector ------------------------------------------------------------------------
@@ -145,9 +147,10 @@ def digits():
 
 def test_fisher_classifier_learns_digits_privately(digits):
     Xtr, Xte, ytr, yte = digits
-    clf = DPFisherClassifier(epsilon=3, bounds=(0, 16), classes=range(10), random_state=0).fit(Xtr, ytr)
-    assert clf.score(Xte, yte) > 0.8
-    assert clf.privacy_certified_ and clf.epsilon_ == 3 and clf.delta_ == 1e-5
+    # Fresh noise: the median of three fits, so one unlucky draw does not fail the test.
+    fits = [DPFisherClassifier(epsilon=3, bounds=(0, 16), classes=range(10)).fit(Xtr, ytr) for _ in range(3)]
+    assert np.median([clf.score(Xte, yte) for clf in fits]) > 0.8
+    assert all(clf.privacy_certified_ and clf.epsilon_ == 3 and clf.delta_ == 1e-5 for clf in fits)
 
 
 def test_fisher_noise_costs_accuracy(digits):

@@ -33,8 +33,10 @@ def two_blobs(n=300, seed=0):
 @parametrize_with_checks([PGEGenerator(random_state=0, **SMALL),
                           TrainOnSynthetic(PGEGenerator(module="gaussian", epsilon=10, max_epochs=10, lr=5e-2,
                                                         n_repeats=2, random_state=0), random_state=0)])
-def test_sklearn_compatible(estimator, check):
-    quiet(check, estimator)
+def test_sklearn_compatible(estimator, check, seeded_noise):
+    # Checks that demand identical refits run under the explicit insecure_noise_seed opt-in.
+    with seeded_noise():
+        quiet(check, estimator)
 
 
 # -- the pieces ------------------------------------------------------------------------------
@@ -103,11 +105,13 @@ def test_certified_fit_learns_both_classes_and_samples_within_bounds():
 def test_noise_costs_sample_quality():
     # Twin of the test above: at epsilon = 0.05 the classes are no longer told apart as well.
     X, y = two_blobs()
-    gen = PGEGenerator(module="gaussian", epsilon=0.05, bounds=(-2, 2), classes=[0, 1], max_epochs=30,
-                       lr=3e-2, random_state=0).fit(X, y)
-    Xs, ys = gen.sample(400, random_state=0)
-    gap = Xs[ys == 1].mean() - Xs[ys == 0].mean()
-    assert gap < 1.5  # the certified fit at epsilon = 5 separates them by about 2
+    gaps = []
+    for _ in range(3):  # fresh noise: the median of three fits
+        gen = PGEGenerator(module="gaussian", epsilon=0.05, bounds=(-2, 2), classes=[0, 1], max_epochs=30,
+                           lr=3e-2, random_state=0).fit(X, y)
+        Xs, ys = gen.sample(400, random_state=0)
+        gaps.append(Xs[ys == 1].mean() - Xs[ys == 0].mean())
+    assert np.median(gaps) < 1.5  # the certified fit at epsilon = 5 separates them by about 2
 
 
 def test_residual_score_network_learns_without_noise():
@@ -146,11 +150,12 @@ def test_images_with_the_convolutional_network():
     assert gen.sample(5, random_state=0)[0].shape == (5, 16)
 
 
-def test_reproducible_pickles_and_leaves_global_rng_alone():
+def test_reproducible_pickles_and_leaves_global_rng_alone(seeded_noise):
     X, y = two_blobs(100)
     np_state, torch_state = np.random.get_state()[1].copy(), torch.get_rng_state().clone()
-    a = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=3, **SMALL).fit(X, y)
-    b = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=3, **SMALL).fit(X, y)
+    with seeded_noise():
+        a = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=3, **SMALL).fit(X, y)
+        b = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=3, **SMALL).fit(X, y)
     assert np.array_equal(a.sample(20, random_state=0)[0], b.sample(20, random_state=0)[0])
     restored = pickle.loads(pickle.dumps(a))
     assert np.array_equal(restored.sample(20, random_state=0)[0], a.sample(20, random_state=0)[0])

@@ -1,0 +1,21 @@
+"""Shared test helpers."""
+import contextlib
+import warnings
+
+import pytest
+
+from skdp import PrivacyLeakWarning, insecure_noise_seed
+
+
+@contextlib.contextmanager
+def seeded_noise_context(seed=0):
+    """Reproducible mechanism noise for tests that need determinism (NOT private; warnings silenced)."""
+    with warnings.catch_warnings(), insecure_noise_seed(seed):
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        yield
+
+
+@pytest.fixture
+def seeded_noise():
+    """The :func:`seeded_noise_context` factory, as a fixture."""
+    return seeded_noise_context
