@@ -148,7 +148,9 @@ def test_sqlite_ledger_adopts_stored_cap(tmp_path):
 def test_sqlite_spend_checks_against_stored_cap(tmp_path):
     path = str(tmp_path / "budget.db")
     ledger = BudgetLedger(epsilon=1.0, path=path)
-    ledger.epsilon = 10.0  # a stale or tampered attribute must not raise the cap
+    with pytest.raises(AttributeError):
+        ledger.epsilon = 10.0  # the caps are read-only
+    ledger._epsilon = 10.0  # a stale or tampered attribute must not raise the cap either
     with pytest.raises(BudgetExceededError):
         ledger.spend(5.0, 0.0)
     assert ledger.entries == []
@@ -214,12 +216,16 @@ def test_parallel_search_with_memory_ledger_refuses():
 
 
 def test_parallel_search_with_path_ledger(tmp_path):
-    capped = BudgetLedger(epsilon=5.2, path=str(tmp_path / "capped.db"))
+    # 6 fold fits cost 3 x 0.5 + 3 x 1.0 = 4.5; the refit costs the best candidate's epsilon,
+    # 0.5 or 1.0 depending on the noisy validation scores. A cap of 4.8 leaves room for the
+    # fold fits (in two worker processes) and none for any refit.
+    capped = BudgetLedger(epsilon=4.8, path=str(tmp_path / "capped.db"))
     with pytest.raises(BudgetExceededError):
         _search(capped, error_score="raise")
+    assert capped.total()[0] == pytest.approx(4.5) and len(capped.entries) == 6
     ledger = BudgetLedger(epsilon=100.0, path=str(tmp_path / "ample.db"))
-    _search(ledger)
-    assert ledger.total()[0] == pytest.approx(3 * 0.5 + 3 * 1.0 + 1.0)
+    search = _search(ledger)
+    assert ledger.total()[0] == pytest.approx(3 * 0.5 + 3 * 1.0 + search.best_params_["epsilon"])
     assert len(ledger.entries) == 7
 
 
