@@ -195,6 +195,61 @@ def test_path_ledger_pickles_and_keeps_writing(tmp_path):
     assert ledger.total() == (1.0, 0.0)
 
 
+def _spend_in_forked_child(ledger, queue):
+    try:
+        ledger.spend(0.5, 0.0, "child")
+        queue.put("spent")
+    except Exception as exc:  # report the class to the parent
+        queue.put(type(exc).__name__)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_memory_ledger_inherited_by_fork_is_detached():
+    import multiprocessing
+
+    ledger = BudgetLedger(epsilon=3.0)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_spend_in_forked_child, args=(ledger, queue))
+    child.start()
+    result = queue.get(timeout=60)
+    child.join(60)
+    assert result == "LedgerDetachedError"
+    ledger.spend(0.5, 0.0)  # the parent's ledger is the ledger
+
+
+def test_sqlite_ledger_refuses_file_with_refills(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "old.db")
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE spends (time REAL, epsilon REAL, delta REAL, label TEXT)")
+    con.executemany("INSERT INTO spends VALUES (0, ?, 0, '')", [(1.0,), (-5.0,), (None,)])
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="2 invalid spends"):
+        BudgetLedger(epsilon=1.0, path=path)
+
+
+def test_sqlite_ledger_path_is_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ledger = BudgetLedger(epsilon=1.0, path="budget.db")
+    assert ledger.path == str(tmp_path / "budget.db")
+    monkeypatch.chdir("/")  # e.g. a worker started elsewhere: still the same file
+    ledger.spend(0.5, 0.0)
+    assert BudgetLedger(path=str(tmp_path / "budget.db")).total() == (0.5, 0.0)
+
+
+def test_sqlite_spend_after_file_deleted_is_refused(tmp_path):
+    path = tmp_path / "budget.db"
+    ledger = BudgetLedger(epsilon=1.0, path=str(path))
+    ledger.spend(1.0, 0.0)
+    path.unlink()  # a fresh file would be a fresh, full budget
+    with pytest.raises(FileNotFoundError, match="deleted or moved"):
+        ledger.spend(1.0, 0.0)
+    assert not path.exists()
+
+
 def _search(ledger, **kwargs):
     from sklearn.datasets import make_blobs
     from sklearn.model_selection import GridSearchCV
