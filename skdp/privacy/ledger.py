@@ -185,6 +185,13 @@ class BudgetLedger:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"The ledger file {self.path!r} holds invalid caps {rows}: {exc}") from exc
 
+    def _require_caps(self, con):
+        caps = self._stored_caps(con)
+        if caps is None:
+            raise ValueError(f"The ledger file {self.path!r} has no caps (its meta table is empty): "
+                             "it was altered outside BudgetLedger; spends against it are refused.")
+        return caps
+
     def _open(self, eps_cap, delta_cap):
         """Create the tables, then write the caps (first opener) or compare them (later openers)."""
         con = self._connect(create=True)
@@ -313,7 +320,7 @@ class BudgetLedger:
         else:
             con = self._connect()
             try:
-                spent, caps = self._sql_totals(con), self._stored_caps(con)
+                spent, caps = self._sql_totals(con), self._require_caps(con)
             finally:
                 con.close()
         if _over((spent[0] + epsilon, spent[1] + delta), caps):
@@ -361,9 +368,7 @@ class BudgetLedger:
             try:
                 # The caps come from the file, inside the transaction: this object's attributes
                 # could be stale or altered, the file is the data owner's record.
-                caps = self._stored_caps(con)
-                if caps is None:
-                    raise ValueError(f"The ledger file {self.path!r} has no caps; spends are refused.")
+                caps = self._require_caps(con)
                 spent = self._sql_totals(con)
                 con.execute("INSERT INTO spends VALUES (?, ?, ?, ?)", (time.time(), *entry))
                 # Same query as total(): what is checked is what will be reported.
