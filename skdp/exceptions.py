@@ -16,3 +16,13 @@ class DPCompatibilityWarning(RuntimeWarning):
 
 class BudgetExceededError(ValueError):
     """A fit would spend more privacy budget than its ledger has left."""
+
+
+class LedgerDetachedError(RuntimeError):
+    """A spend on a copy of an in-memory ``BudgetLedger`` that lives in another process.
+
+    An in-memory ledger (``path=None``) that is pickled (for example into a
+    ``GridSearchCV(n_jobs=2)`` worker) or inherited by a forked process becomes
+    a detached, read-only snapshot: spends recorded there would never reach the
+    original ledger, so they are refused instead of being silently lost.
+    """

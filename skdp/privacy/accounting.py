@@ -4,8 +4,14 @@ The formulas are Opacus's (``opacus.accountants``): RDP (Mironov et al.) by
 default, PRV (Gopi et al.) on request. We never re-derive them here; this
 module only keeps the history of a fit and answers "how much so far?".
 See ``doc/accounting.md`` for why Opacus's accountants were chosen.
+
+Every argument is validated before it reaches Opacus: its numerical searches
+(over RDP orders, over PRV grids) assume sane inputs and, fed NaN or
+infinity, run for minutes instead of failing, while out-of-range deltas
+(``delta >= 1``) give negative epsilons that would pass any budget check.
 """
 import math
+import numbers
 import warnings
 
 ACCOUNTINGS = ("rdp", "prv")
@@ -16,15 +22,129 @@ RDP_ORDERS = ([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64))
               + [64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 2048, 4096])
 
 
+def _interval(low, high, low_closed, high_closed):
+    return f"{'[' if low_closed else '('}{low:g}, {high:g}{']' if high_closed else ')'}"
+
+
+def check_real(name, value, low, high, *, low_closed, high_closed, hint=""):
+    """``float(value)`` if it is a real number in the interval, else a clear error.
+
+    Parameters
+    ----------
+    name : str
+        Name of the argument, quoted in the error.
+    value : object
+        The value to check. ``bool`` is refused although Python counts it as a
+        number: ``spend(True, 0)`` is a bug, not a spend of 1.
+    low, high : float
+        Ends of the valid interval; ``math.inf`` is allowed for ``high``.
+    low_closed, high_closed : bool
+        Whether the interval contains ``low`` / ``high``.
+    hint : str, default=""
+        How to fix a bad value, appended to the error.
+
+    Returns
+    -------
+    value : float
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a real number.
+    ValueError
+        If it is NaN or outside the interval (comparisons with NaN are all
+        false, so NaN is named and refused explicitly).
+    """
+    valid = _interval(low, high, low_closed, high_closed)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in {valid}, got {value!r} "
+                        f"of type {type(value).__name__}.{' ' + hint if hint else ''}")
+    value = float(value)
+    inside = ((low <= value if low_closed else low < value)
+              and (value <= high if high_closed else value < high))
+    if not inside:  # also catches NaN: every comparison with NaN is False
+        raise ValueError(f"{name} must be in {valid}, got {value!r}.{' ' + hint if hint else ''}")
+    return value
+
+
+def check_n_steps(n_steps, minimum=0):
+    """``int(n_steps)`` if it is a whole number >= ``minimum``, else a clear error.
+
+    Integral floats (``100.0``, e.g. from numpy arithmetic) are accepted;
+    ``3.5`` is refused rather than truncated: an accountant that rounds steps
+    down under-reports the privacy spent.
+
+    Parameters
+    ----------
+    n_steps : int or integral float
+        Number of releases.
+    minimum : int, default=0
+        Smallest valid count.
+
+    Returns
+    -------
+    n_steps : int
+    """
+    if isinstance(n_steps, bool) or not isinstance(n_steps, numbers.Real):
+        raise TypeError(f"n_steps must be a whole number >= {minimum}, got {n_steps!r} "
+                        f"of type {type(n_steps).__name__}.")
+    if not isinstance(n_steps, numbers.Integral):
+        if not (math.isfinite(n_steps) and float(n_steps).is_integer()):
+            raise ValueError(f"n_steps must be a whole number >= {minimum}, got {n_steps!r}: "
+                             "a fraction of a step is not a release; pass an integer count.")
+    n_steps = int(n_steps)
+    if n_steps < minimum:
+        raise ValueError(f"n_steps must be a whole number >= {minimum}, got {n_steps}.")
+    return n_steps
+
+
+def check_delta(delta):
+    """``float(delta)`` if it is in the open interval (0, 1), else a clear error.
+
+    ``delta`` is the probability that the epsilon guarantee fails. At
+    ``delta >= 1`` nothing is guaranteed (Opacus returns negative epsilons
+    there); at ``delta = 0`` the Gaussian mechanism has no finite epsilon.
+    """
+    return check_real("delta", delta, 0.0, 1.0, low_closed=False, high_closed=False,
+                      hint="delta is the probability that the guarantee fails; use a value "
+                           "well below 1 / n_samples, e.g. 1e-5.")
+
+
+def check_sample_rate(sample_rate):
+    """``float(sample_rate)`` if it is in (0, 1], else a clear error.
+
+    The Poisson sampling rate of one step: batch size / number of samples.
+    """
+    return check_real("sample_rate", sample_rate, 0.0, 1.0, low_closed=False, high_closed=True,
+                      hint="It is the Poisson sampling probability batch_size / n_samples.")
+
+
+def check_noise_multiplier(noise_multiplier):
+    """``float(noise_multiplier)`` if it is finite and >= 0, else a clear error.
+
+    ``0`` means no noise (epsilon is inf, used by debugging fits). Infinite noise
+    is refused: it releases nothing and Opacus's order search does not end on it.
+    """
+    return check_real("noise_multiplier", noise_multiplier, 0.0, math.inf, low_closed=True,
+                      high_closed=False,
+                      hint="It is the noise standard deviation divided by the clipping norm; "
+                           "0 means no noise.")
+
+
+def check_accounting(accounting):
+    """``accounting`` if it is one of ``ACCOUNTINGS``, else a ``ValueError``."""
+    if not isinstance(accounting, str) or accounting not in ACCOUNTINGS:
+        raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}.")
+    return accounting
+
+
 def _opacus_accountant(accounting):
     # Imported lazily: opacus pulls in a lot and most of skdp never needs it.
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    if accounting == "rdp":
+    if check_accounting(accounting) == "rdp":
         return RDPAccountant()
-    if accounting == "prv":
-        return PRVAccountant()
-    raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}.")
+    return PRVAccountant()
 
 
 class PrivacyAccountant:
@@ -36,6 +156,12 @@ class PrivacyAccountant:
         RDP gives a certified upper bound at a small cost; PRV is tighter
         (about 8-15% smaller epsilon) and slower.
 
+    Attributes
+    ----------
+    history : list of (float, float, int)
+        ``(noise_multiplier, sample_rate, n_steps)`` events, oldest first;
+        consecutive steps with the same parameters are merged.
+
     Examples
     --------
     >>> acc = PrivacyAccountant("rdp")
@@ -45,27 +171,59 @@ class PrivacyAccountant:
     """
 
     def __init__(self, accounting="rdp"):
-        if accounting not in ACCOUNTINGS:
-            raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}.")
-        self.accounting = accounting
+        self.accounting = check_accounting(accounting)
         self.history = []
 
     def step(self, noise_multiplier, sample_rate, n_steps=1):
-        """Record ``n_steps`` releases of the subsampled Gaussian mechanism."""
-        if n_steps <= 0:
+        """Record ``n_steps`` releases of the subsampled Gaussian mechanism.
+
+        Parameters
+        ----------
+        noise_multiplier : float
+            Noise standard deviation over the clipping norm, finite and >= 0;
+            0 means no noise (epsilon becomes inf).
+        sample_rate : float
+            Poisson sampling probability of each step, in (0, 1].
+        n_steps : int, default=1
+            Number of steps, a whole number >= 0 (0 records nothing).
+
+        Raises
+        ------
+        TypeError, ValueError
+            On a non-number or a value out of range; nothing is recorded.
+        """
+        # Validate all three before recording anything: a half-recorded event is worse than none.
+        sigma = check_noise_multiplier(noise_multiplier)
+        q = check_sample_rate(sample_rate)
+        n_steps = check_n_steps(n_steps)
+        if n_steps == 0:
             return
         last = self.history[-1] if self.history else None
-        if last is not None and last[0] == noise_multiplier and last[1] == sample_rate:
-            self.history[-1] = (noise_multiplier, sample_rate, last[2] + n_steps)
+        if last is not None and last[0] == sigma and last[1] == q:
+            self.history[-1] = (sigma, q, last[2] + n_steps)
         else:
-            self.history.append((float(noise_multiplier), float(sample_rate), int(n_steps)))
+            self.history.append((sigma, q, n_steps))
 
     @property
     def n_steps(self):
+        """Total number of steps recorded (int)."""
         return sum(h[2] for h in self.history)
 
     def get_epsilon(self, delta):
-        """Epsilon spent so far at ``delta`` (0 before any step, inf without noise)."""
+        """Epsilon spent so far at ``delta`` (0 before any step, inf without noise).
+
+        Parameters
+        ----------
+        delta : float
+            Failure probability, in the open interval (0, 1).
+
+        Returns
+        -------
+        epsilon : float
+            An upper bound (RDP) or a numerical estimate (PRV); ``inf`` if any
+            step had no noise.
+        """
+        delta = check_delta(delta)
         if not self.history:
             return 0.0
         if any(sigma == 0 for sigma, _, _ in self.history):
@@ -76,12 +234,34 @@ class PrivacyAccountant:
             # "Optimal order is the largest alpha": the bound is valid, only less tight.
             warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
             if self.accounting == "rdp":
-                return float(acc.get_epsilon(delta=delta, alphas=RDP_ORDERS))
-            return float(acc.get_epsilon(delta=delta))
+                eps = float(acc.get_epsilon(delta=delta, alphas=RDP_ORDERS))
+            else:
+                eps = float(acc.get_epsilon(delta=delta))
+        # A NaN from the numerical accountant certifies nothing; the only safe bound is
+        # inf (a NaN would pass every "epsilon > budget" test downstream).
+        return math.inf if math.isnan(eps) else eps
 
 
 def compute_epsilon(noise_multiplier, sample_rate, n_steps, delta, accounting="rdp"):
-    """Epsilon of ``n_steps`` Poisson-subsampled Gaussian steps at ``delta``."""
+    """Epsilon of ``n_steps`` Poisson-subsampled Gaussian steps at ``delta``.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        Noise standard deviation over the clipping norm, finite and >= 0 (0: no noise, inf epsilon).
+    sample_rate : float
+        Poisson sampling probability of each step, in (0, 1].
+    n_steps : int
+        Number of steps, a whole number >= 0.
+    delta : float
+        Failure probability, in (0, 1).
+    accounting : {"rdp", "prv"}, default="rdp"
+        Which Opacus accountant computes the epsilon.
+
+    Returns
+    -------
+    epsilon : float
+    """
     acc = PrivacyAccountant(accounting)
     acc.step(noise_multiplier, sample_rate, n_steps)
     return acc.get_epsilon(delta)

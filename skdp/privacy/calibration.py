@@ -2,43 +2,98 @@
 import functools
 import math
 
-from .accounting import compute_epsilon
+from .accounting import (check_accounting, check_delta, check_n_steps, check_real, check_sample_rate,
+                         compute_epsilon)
+
+# Epsilon decreases monotonically in sigma. The bracket search doubles sigma from 1 up to
+# SIGMA_MAX (21 doublings); past it the target is out of reach for any useful model.
+SIGMA_MAX = 1e6
+# Bisection halves the bracket each iteration; from [0, 1] it reaches a relative width of
+# 1e-3 in ~10 iterations and float resolution (2**-52) in ~60 once lo > 0. This cap only
+# fires if sigma has to go far below 1 (huge epsilon targets), and then says so.
+MAX_BISECTIONS = 200
 
 
 @functools.lru_cache(maxsize=512)
 def _calibrate(epsilon, delta, sample_rate, n_steps, accounting, rel_tol):
-    def eps_of(sigma):
-        return compute_epsilon(sigma, sample_rate, n_steps, delta, accounting)
+    def fits(sigma):
+        # Fail closed: a NaN epsilon compares False and so counts as "over the target".
+        return compute_epsilon(sigma, sample_rate, n_steps, delta, accounting) <= epsilon
 
     lo, hi = 0.0, 1.0
-    while eps_of(hi) > epsilon:
+    while not fits(hi):
         lo, hi = hi, 2 * hi
-        if hi > 1e6:
+        if hi > SIGMA_MAX:
             raise ValueError(
                 f"Cannot reach epsilon={epsilon} at delta={delta} with sample_rate="
-                f"{sample_rate} over {n_steps} steps; use fewer epochs or a smaller batch."
+                f"{sample_rate} over {n_steps} steps with any noise_multiplier <= {SIGMA_MAX:g}; "
+                "use fewer epochs, a smaller batch or a larger epsilon."
             )
-    # Bisection keeps the invariant eps_of(hi) <= epsilon: we return hi, never lo,
-    # so the reported epsilon can not overshoot the target.
-    while hi - lo > rel_tol * hi:
+    # Bisection keeps the invariant fits(hi): we return hi, never lo, so the reported
+    # epsilon can not overshoot the target.
+    for _ in range(MAX_BISECTIONS):
+        if hi - lo <= rel_tol * hi:
+            return hi
         mid = (lo + hi) / 2
-        if eps_of(mid) > epsilon:
-            lo = mid
-        else:
+        if not lo < mid < hi:
+            # Adjacent floats: no tighter sigma exists in double precision (rel_tol below
+            # machine epsilon); hi is the answer.
+            return hi
+        if fits(mid):
             hi = mid
-    return hi
+        else:
+            lo = mid
+    raise ValueError(
+        f"Noise calibration did not converge in {MAX_BISECTIONS} bisections (epsilon={epsilon}, "
+        f"delta={delta}, sample_rate={sample_rate}, n_steps={n_steps}, rel_tol={rel_tol}); the "
+        f"noise multiplier is below {hi:.3g}. Use a smaller epsilon or a larger rel_tol."
+    )
 
 
 def calibrate_noise_multiplier(epsilon, delta, sample_rate, n_steps, accounting="rdp",
                                rel_tol=1e-3):
     """Noise multiplier sigma such that ``n_steps`` steps at ``sample_rate`` cost <= epsilon.
 
-    The result is cached: PRV calibrations take seconds and grid searches ask
-    for the same one many times.
+    The smallest such sigma up to ``rel_tol``: the returned sigma always meets
+    the target (epsilon decreases in sigma and the bisection only ever
+    returns its upper end), and ``sigma * (1 - rel_tol)`` may not. The result
+    is cached: PRV calibrations take seconds and grid searches ask for the
+    same one many times.
 
-    Returns ``0.0`` for ``epsilon=inf`` (no noise).
+    Parameters
+    ----------
+    epsilon : float
+        Target epsilon, > 0; ``inf`` returns ``0.0`` (no noise).
+    delta : float
+        Failure probability, in the open interval (0, 1).
+    sample_rate : float
+        Poisson sampling probability of each step, in (0, 1].
+    n_steps : int
+        Number of steps, a whole number >= 1 (integral floats accepted).
+    accounting : {"rdp", "prv"}, default="rdp"
+        Which Opacus accountant defines epsilon.
+    rel_tol : float, default=1e-3
+        Relative precision of sigma, in (0, 1).
+
+    Returns
+    -------
+    noise_multiplier : float
+
+    Raises
+    ------
+    TypeError, ValueError
+        On an argument that is not a number or out of range (checked before
+        any search: NaN or zero rates used to make the search run for
+        minutes), or if no sigma <= 1e6 reaches the target.
     """
+    epsilon = check_real("epsilon", epsilon, 0.0, math.inf, low_closed=False, high_closed=True,
+                         hint="Use inf for no noise (not private).")
+    delta = check_delta(delta)
+    sample_rate = check_sample_rate(sample_rate)
+    n_steps = check_n_steps(n_steps, minimum=1)
+    accounting = check_accounting(accounting)
+    rel_tol = check_real("rel_tol", rel_tol, 0.0, 1.0, low_closed=False, high_closed=False,
+                         hint="It is the relative precision of sigma, e.g. 1e-3.")
     if math.isinf(epsilon):
         return 0.0
-    return _calibrate(float(epsilon), float(delta), float(sample_rate), int(n_steps),
-                      accounting, float(rel_tol))
+    return _calibrate(epsilon, delta, sample_rate, n_steps, accounting, rel_tol)
