@@ -4,7 +4,7 @@ from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .generative import PGEGenerator, TrainOnSynthetic
 from .superres import SRGANTransformer
-from .exceptions import BudgetExceededError, DPCompatibilityWarning, PrivacyLeakWarning
+from .exceptions import BudgetExceededError, DPCompatibilityWarning, LedgerDetachedError, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
                       privacy_spent, search_privacy_cost)
 from .utils.random import insecure_noise_seed
@@ -21,6 +21,7 @@ __all__ = [
     "TrainOnSynthetic",
     "SRGANTransformer",
     "BudgetExceededError",
+    "LedgerDetachedError",
     "DPCompatibilityWarning",
     "PrivacyLeakWarning",
     "BudgetLedger",
