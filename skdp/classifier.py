@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils import check_array
+from sklearn.utils.validation import _check_feature_names, check_is_fitted, validate_data
 
 from .nn import DPNet, module_spec, plan_dpsgd
 from .privacy import set_privacy_attributes
@@ -133,6 +134,9 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
     net_ : skdp.nn.DPNet
         The fitted skorch net (``net_.history`` holds the training log).
     n_features_in_ : int
+        Features per row (pixels per image for image input).
+    input_shape_ : tuple
+        Shape of one training row (``(n_features,)``, ``(H, W)`` or ``(C, H, W)``).
 
     Examples
     --------
@@ -186,8 +190,17 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
 
     # -- validation --------------------------------------------------------------------------
     def _validate_X(self, X, reset):
-        return validate_data(self, X, reset=reset, dtype=np.float32, allow_nd=True,
-                             ensure_min_samples=1)
+        if reset:
+            return validate_data(self, X, reset=True, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+        # n_features_in_ counts pixels for images, so sklearn's check of X.shape[1] would not fit:
+        # the feature names are checked as sklearn does, and the row shape against input_shape_.
+        _check_feature_names(self, X, reset=False)
+        X = check_array(X, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+        if X.shape[1:] != self.input_shape_:
+            raise ValueError(
+                f"X has rows of shape {X.shape[1:]}, but {type(self).__name__} was fitted on rows of shape "
+                f"{self.input_shape_}; pass data shaped like the training data.")
+        return X
 
     # -- fit ---------------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
@@ -197,6 +210,8 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=False,
                              y_numeric=False, ensure_min_samples=1)
         self.classes_, y_enc = encode_labels(self.classes, y, type(self).__name__)
+        self.input_shape_ = X.shape[1:]
+        self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
         n_samples = X.shape[0]
         batch_size = resolve_batch_size(self.batch_size, n_samples)
         warn_if_delta_too_large(self.delta, n_samples, type(self).__name__)

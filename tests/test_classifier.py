@@ -15,6 +15,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from skdp import BudgetExceededError, BudgetLedger, DPMomentumClassifier, PrivacyLeakWarning
 
 EXPECTED_FAILED_CHECKS = {
+    "check_methods_subset_invariance": (
+        "float32 matrix products round differently with the batch size (differences of ~2e-7 against the "
+        "check's atol of 1e-7); which model the noise gives decides whether one crosses it."
+    ),
     "check_do_not_raise_errors_in_init_or_set_params": (
         "The check passes the literal name of the **kwargs catch-all ('kwargs') as a parameter. "
         "DPMomentumClassifier takes skorch-style module__*/optimizer__* parameters through **kwargs "

@@ -198,10 +198,14 @@ class PGEGenerator(BaseEstimator):
         if certified:
             warn_if_delta_too_large(self.delta, X.shape[0], owner)
         self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=certified)
-        codes = self._fit_labels(y, X.shape[0], mechanism_rng(self), certified)
+        codes = self._encode_labels(y, X.shape[0])
         Z = self._scale(X)
         self.sigmas_ = harmonic_square_levels(self.sigma_min, self.n_levels)
         self.net_ = self._make_net(X.shape[1], X.shape[0], rng, certified)
+        # Everything that can fail is checked before the class counts are charged.
+        q, _, sigma, _ = self.net_.plan_privacy(X.shape[0], self.max_epochs)
+        self.net_.check_runnable(sigma, q * X.shape[0])
+        self._fit_prior(codes, mechanism_rng(self), certified)
         if not certified:
             warnings.warn(
                 "PGEGenerator(mechanism='randomized_response') perturbs only the Gaussian projection "
@@ -235,11 +239,17 @@ class PGEGenerator(BaseEstimator):
         epsilon = eps_net + share * self.epsilon
         return epsilon, 0.0 if math.isinf(epsilon) else float(self.delta)
 
-    def _fit_labels(self, y, n, rng, certified):
+    def _encode_labels(self, y, n):
         if y is None:
             self.classes_, self.class_prior_ = None, None
             return np.zeros(n, dtype=np.int64)
         self.classes_, codes = encode_labels(self.classes, y, type(self).__name__)
+        return codes
+
+    def _fit_prior(self, codes, rng, certified):
+        """Class proportions from Laplace-noised counts (the labels' share of epsilon)."""
+        if self.classes_ is None:
+            return
         counts = np.bincount(codes, minlength=len(self.classes_)).astype(float)
         if certified and not math.isinf(self.epsilon):
             eps_counts = COUNT_SHARE * self.epsilon
@@ -247,7 +257,6 @@ class PGEGenerator(BaseEstimator):
             counts = counts + rng.laplace(scale=1.0 / eps_counts, size=counts.shape)
         counts = np.maximum(counts, 0.0) + 1e-12
         self.class_prior_ = counts / counts.sum()
-        return codes
 
     def _make_net(self, n_features, n_samples, rng, certified):
         n_classes = 0 if self.classes_ is None else len(self.classes_)

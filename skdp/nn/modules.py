@@ -92,6 +92,13 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
             image_shape = (side, side)
         elif len(input_shape) == 1 and int(np.prod(image_shape)) * kwargs.get("in_channels", 1) != input_shape[0]:
             raise ValueError(f"image_shape={tuple(image_shape)} does not match {input_shape[0]} features.")
+        # Each block halves H and W: the smallest side must survive every pooling.
+        n_pools = len(kwargs.get("channels", (16, 32)))
+        if min(image_shape) < 2 ** n_pools:
+            raise ValueError(
+                f"image_shape={tuple(image_shape)} is too small for module='cnn': its {n_pools} pooling "
+                f"blocks need images of at least {2 ** n_pools}x{2 ** n_pools}. Use module='linear' or "
+                "'mlp', or fewer blocks (module__channels=(16,)).")
         return cls, {"n_classes": n_classes, "image_shape": tuple(image_shape), **kwargs}
     if cls in (SoftmaxRegression, MLP):
         return cls, {"input_dim": int(np.prod(input_shape)), "n_classes": n_classes, **kwargs}

@@ -212,6 +212,7 @@ class DPNet(NeuralNet):
         return timer + [("epsilon", EpsilonLogger()), ("print_log", CuratorPrintLog())]
 
     def initialize(self):
+        check_device(self.device)
         check_callbacks(self.callbacks)
         # random_state seeds initialisation and other non-mechanism draws only.
         self.rng_ = make_rng(self.random_state)

@@ -1,0 +1,73 @@
+"""Hostile and odd inputs to the DP-SGD estimators (issue 18): refuse early, name the value, never spend
+budget on a fit that can not run."""
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import make_blobs
+
+from skdp import BudgetLedger, DPMomentumClassifier, PGEGenerator, PrivacyLeakWarning
+
+X, Y = make_blobs(n_samples=40, n_features=4, centers=2, random_state=0)
+X = X / 10
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        yield
+
+
+CANNOT_RUN = {
+    "lr 1e300": (lambda L: DPMomentumClassifier(max_epochs=1, classes=[0, 1], ledger=L, lr=1e300), "lr"),
+    "device meta": (lambda L: DPMomentumClassifier(max_epochs=1, classes=[0, 1], ledger=L, device="meta"),
+                    "device"),
+    "device bogus": (lambda L: DPMomentumClassifier(max_epochs=1, classes=[0, 1], ledger=L, device="bogus"),
+                     "device"),
+    "max_grad_norm 1e300": (lambda L: DPMomentumClassifier(max_epochs=1, classes=[0, 1], ledger=L,
+                                                           max_grad_norm=1e300), "max_grad_norm"),
+    "cnn on 2x2 images": (lambda L: DPMomentumClassifier(module="cnn", image_shape=(2, 2), classes=[0, 1],
+                                                         ledger=L), "image_shape"),
+    "pge device bogus": (lambda L: PGEGenerator(module="gaussian", bounds=(-5, 5), classes=[0, 1], ledger=L,
+                                                device="bogus"), "device"),
+    "pge lr 1e300": (lambda L: PGEGenerator(module="gaussian", bounds=(-5, 5), classes=[0, 1], ledger=L,
+                                            lr=1e300), "lr"),
+}
+
+
+@pytest.mark.parametrize("case", CANNOT_RUN)
+def test_a_fit_that_cannot_run_is_refused_before_any_spend(case):
+    make, name = CANNOT_RUN[case]
+    ledger = BudgetLedger(epsilon=10)
+    with pytest.raises(ValueError, match=name):
+        make(ledger).fit(X, Y)
+    assert ledger.total() == (0.0, 0.0)
+
+
+def test_documented_prefix_can_be_set():
+    clf = DPMomentumClassifier(max_epochs=1, classes=[0, 1]).set_params(iterator_valid__batch_size=512)
+    assert clf.fit(X, Y).net_.iterator_valid__batch_size == 512
+
+
+def test_predicting_images_of_another_shape_names_both_shapes():
+    images = np.random.default_rng(0).random((40, 8, 8))
+    clf = DPMomentumClassifier(max_epochs=1, classes=[0, 1]).fit(images, Y)
+    assert clf.n_features_in_ == 64 and clf.input_shape_ == (8, 8)
+    with pytest.raises(ValueError, match=r"\(16, 16\).*\(8, 8\)"):
+        clf.predict(np.zeros((2, 16, 16)))
+    assert clf.predict(images).shape == (40,)
+
+
+def test_misspelt_parameter_fails_in_clone_too():
+    clf = DPMomentumClassifier(max_epochs=1, classes=[0, 1], module_hidden_sizes=(8,))
+    with pytest.raises(TypeError, match="module_hidden_sizes"):
+        clone(clf).fit(X, Y)
+
+
+@pytest.mark.parametrize("n", [True, 0, -1, 2.5, "3"])
+def test_pge_sample_refuses_what_is_not_a_count(n):
+    gen = PGEGenerator(module="gaussian", max_epochs=1, bounds=(-5, 5), classes=[0, 1]).fit(X, Y)
+    with pytest.raises(ValueError, match="n_samples"):
+        gen.sample(n)
