@@ -3,6 +3,8 @@ from .dpsgd import CLIPPINGS, DPSGDEngine, make_clipper
 from .hooks import UnsupportedModelError
 from .layers import LAYER_RULES, register
 from .sampling import PoissonBatchSampler
+from .validators import UnsupportedModuleError, check_dp_compatible, register_validator
 
 __all__ = ["CLIPPINGS", "DPSGDEngine", "make_clipper", "UnsupportedModelError",
-           "LAYER_RULES", "register", "PoissonBatchSampler"]
+           "LAYER_RULES", "register", "PoissonBatchSampler",
+           "UnsupportedModuleError", "check_dp_compatible", "register_validator"]

@@ -9,6 +9,15 @@ Dividing by the *expected* lot size (not the realised one) keeps the
 sensitivity of the released sum at C under Poisson sampling. Any torch
 optimizer then steps on these gradients; momentum and the like are
 post-processing.
+
+Before the first clipped step the engine refuses modules that break the
+sensitivity bound whatever the clipping (``validators.check_dp_compatible``:
+BatchNorm in train mode mixes the examples of a lot, running statistics are
+released without noise). With ``clipping="auto"`` a hook clipper that finds at
+run time that it cannot clip the model exactly (a layer called twice, a first
+dim that is not the example dim, a parameter used outside its layer) raises
+``UnsupportedModelError`` before anything is released; the engine then
+switches for good to the exact ``FunctionalClipper`` and redoes the lot.
 """
 import math
 
@@ -16,6 +25,7 @@ import torch
 
 from .functional import FunctionalClipper
 from .hooks import HookClipper, UnsupportedModelError
+from .validators import check_dp_compatible
 
 CLIPPINGS = ("auto", "ghost", "vmap")
 
@@ -58,11 +68,34 @@ class DPSGDEngine:
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
         self.generator = generator
-        self.clipper = make_clipper(module, clipping)
+        self.clipping = clipping
         self.params = [p for p in module.parameters() if p.requires_grad]
+        # A non-private baseline (no clipping, no noise) may train any module (BatchNorm included).
+        self.clipper = None if self._baseline() else self._make_clipper()
+
+    def _baseline(self):
+        return self.noise_multiplier == 0 and math.isinf(self.max_grad_norm)
+
+    def _make_clipper(self):
+        check_dp_compatible(self.module)
+        return make_clipper(self.module, self.clipping)
+
+    def _clipped_sum(self, per_example_loss, inputs):
+        if self.clipper is None:
+            self.clipper = self._make_clipper()
+        try:
+            return self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+        except UnsupportedModelError:
+            # Raised by the hooks before any gradient is released: under "auto" switch to the exact path.
+            if self.clipping != "auto" or not isinstance(self.clipper, HookClipper):
+                raise
+            self.clipper.remove()
+            self.clipper = FunctionalClipper(self.module)
+            return self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
 
     def close(self):
-        self.clipper.remove()
+        if self.clipper is not None:
+            self.clipper.remove()
 
     def private_gradients(self, per_example_loss, inputs):
         """Set ``param.grad`` to the noisy clipped mean gradient of the lot ``inputs``.
@@ -73,14 +106,14 @@ class DPSGDEngine:
         n = inputs[0].shape[0]
         grads = {}
         losses = norms = inputs[0].new_zeros(0)
-        if n > 0 and self.noise_multiplier == 0 and math.isinf(self.max_grad_norm):
+        if n > 0 and self._baseline():
             # Nothing to clip and no noise (a non-private baseline): one ordinary backward pass.
             losses = per_example_loss(self.module, *inputs)
             batch_grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=True)
             grads = {p: g for p, g in zip(self.params, batch_grads) if g is not None}
             losses = losses.detach()
         elif n > 0:
-            losses, pairs, norms = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+            losses, pairs, norms = self._clipped_sum(per_example_loss, inputs)
             for p, g in pairs:
                 grads[p] = grads[p] + g if p in grads else g
         # Noise is drawn already scaled and the clipped sum added into it in place:

@@ -4,15 +4,26 @@ It covers any layer and any loss that torch.func can differentiate, including
 losses that differentiate the network itself (sliced score matching needs a
 Jacobian-vector product inside the loss). It builds a (batch x parameters)
 tensor, in chunks of ``chunk_size`` examples, so it is the slow path.
+
+Exact for shared (tied) parameters: ``named_parameters`` lists a shared tensor
+once, so its per-example gradient is the sum over its uses. Overflow: norms
+are taken in float32 and, when one is not finite, again in float64; an example
+whose gradient or loss is still not finite contributes exactly zero (its rows
+zeroed, not only its scale: 0 x inf = NaN).
 """
+import math
+
 import torch
 from torch.func import functional_call, grad, vmap
+
+from .validators import check_dp_compatible
 
 
 class FunctionalClipper:
     """Per-example clipping by vmap over per-example gradients."""
 
     def __init__(self, module, chunk_size=64):
+        check_dp_compatible(module)
         self.module = module
         self.chunk_size = chunk_size
 
@@ -21,6 +32,7 @@ class FunctionalClipper:
 
     def clipped_sum(self, per_example_loss, inputs, max_grad_norm):
         module = self.module
+        check_dp_compatible(module)  # train/eval modes may have changed since construction
         named = dict(module.named_parameters())
         params = {k: p.detach() for k, p in named.items() if p.requires_grad}
         frozen = {k: p.detach() for k, p in named.items() if not p.requires_grad}
@@ -40,6 +52,17 @@ class FunctionalClipper:
         grads, losses = per_example_grad(params, *inputs)
         flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1)
         norms = flat.norm(dim=1)
-        scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        out = [(named[k], torch.tensordot(scale, g, dims=1)) for k, g in grads.items()]
-        return losses, out, norms
+        if bool(torch.isfinite(norms + losses.to(norms.dtype)).all()):
+            scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+            out = [(named[k], torch.tensordot(scale, g, dims=1)) for k, g in grads.items()]
+            return losses, out, norms
+        # Wide path: float64 norms and contraction (a scale ~1e-39 would be subnormal in float32).
+        wide_norms = flat.double().norm(dim=1)
+        bad = ~torch.isfinite(wide_norms) | ~torch.isfinite(losses)
+        keep = ~bad
+        scale = torch.where(bad, 0.0, (max_grad_norm / (wide_norms + 1e-6)).clamp(max=1.0))
+        out = []
+        for k, g in grads.items():
+            g = torch.where(keep.view(-1, *([1] * (g.dim() - 1))), g.double(), 0.0)
+            out.append((named[k], torch.tensordot(scale, g, dims=1).to(named[k].dtype)))
+        return losses, out, torch.where(bad, math.nan, wide_norms).to(norms.dtype)

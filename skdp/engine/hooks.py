@@ -5,14 +5,43 @@ Forward hooks keep each layer's input and output. A single
 layer outputs (not the weights, so autograd skips the weight-gradient work)
 gives everything the per-layer rules need: per-example norms first, then the
 clipped gradient sums.
+
+The rules are exact only when (i) each trainable parameter belongs to one
+hooked layer, is covered by that layer's rule and is used only inside that
+layer's forward, once; (ii) dim 0 of every hooked input and output is the
+example. The hooks check (i) at construction (shared parameters, uncovered
+parameters, forward replaced on the instance) and at the forward (a layer
+called twice); (ii) on every lot (first dim == lot size) and, on the first lot
+of two examples or more, by a probe on the first half of the lot: every
+hooked first dim must follow the lot size (a time-major ``(T, B, d)`` layer
+with T == B passes the first check, not this one), and the rules' unclipped
+sums must equal autograd's gradient of the summed loss (a parameter used
+outside its layer's forward breaks this). Each failure raises
+``UnsupportedModelError``; under ``clipping="auto"`` the engine then switches
+to the exact ``FunctionalClipper``.
+
+Overflow: one float32 record of 1e20 squares to 1e40 = inf, and inf x 0 = NaN
+poisoned the whole sum. The float32 path is kept when every per-example
+squared norm and loss is finite (one check per lot); otherwise the rules run
+again in float64 (a float32 value <= 3.4e38 squares to <= 1.2e77, sums of
+such terms stay far below 1.8e308), and an example whose norm or loss is still
+not finite (NaN/inf in its loss, activations or gradient) gets scale 0 with
+its rows of ``a`` and ``g`` zeroed before the contraction, so it contributes
+exactly zero rather than 0 x inf = NaN.
 """
+import math
+
 import torch
 
-from .layers import rule_for
+from .layers import RULE_PARAMS, rule_for, uncovered_params
+from .validators import buffer_versions, check_buffers_unchanged, check_dp_compatible
 
 
 class UnsupportedModelError(TypeError):
-    """The model has a trainable layer without a per-layer rule."""
+    """The hooks cannot clip this model exactly (``clipping="auto"`` then uses torch.func)."""
+
+
+_FIX = "use clipping='vmap' (or 'auto', which falls back to it)"
 
 
 def _layers_with_params(module):
@@ -21,21 +50,66 @@ def _layers_with_params(module):
             yield name, sub
 
 
+def _zero_rows(x, keep):
+    return torch.where(keep.view(-1, *([1] * (x.dim() - 1))), x, x.new_zeros(()))
+
+
+def _apply_rules(layers, n, dtype):
+    """Per-example squared norms (summed over layers) and the layers' ``clipped(scale)`` closures."""
+    norm_sq = torch.zeros(n, dtype=dtype, device=layers[0][3].device) if layers else torch.zeros(n, dtype=dtype)
+    pending = []
+    for _, sub, rule, a, g in layers:
+        layer_norm_sq, clipped = rule(sub, a, g)
+        norm_sq = norm_sq + layer_norm_sq
+        pending.append(clipped)
+    return norm_sq, pending
+
+
+def _fork_rng(module):
+    devices = sorted({p.device.index or 0 for p in module.parameters() if p.device.type == "cuda"})
+    return torch.random.fork_rng(devices=devices)
+
+
 class HookClipper:
     """Per-example clipping by forward hooks and per-layer rules."""
 
     def __init__(self, module):
+        check_dp_compatible(module)
         self.module = module
         self.layers = []
+        owners = {}
         for name, sub in _layers_with_params(module):
             rule = rule_for(sub)
+            kind = type(sub).__name__
             if rule is None:
                 raise UnsupportedModelError(
-                    f"Layer {name!r} ({type(sub).__name__}) has no per-layer clipping rule; "
-                    "use clipping='vmap' or register one with skdp.engine.layers.register."
-                )
+                    f"Layer {name!r} ({kind}) has no per-layer clipping rule; "
+                    f"{_FIX}, or register one with skdp.engine.layers.register.")
+            extra = uncovered_params(sub)
+            if extra:
+                raise UnsupportedModelError(
+                    f"Layer {name!r} ({kind}) has trainable parameter(s) {extra} that its clipping rule does "
+                    f"not cover (it accounts for {RULE_PARAMS[type(sub)]}): their gradient would be left out "
+                    f"of the per-example norm. {_FIX[0].upper() + _FIX[1:]}, or move them to a module with a rule.")
+            if "forward" in vars(sub):
+                raise UnsupportedModelError(
+                    f"Layer {name!r} ({kind}) has its forward replaced on the instance; the {kind} rule "
+                    f"assumes {kind}.forward. {_FIX[0].upper() + _FIX[1:]}.")
+            for p in sub.parameters(recurse=False):
+                if p.requires_grad:
+                    owners.setdefault(id(p), []).append(name)
             self.layers.append((name, sub, rule))
+        shared = [names for names in owners.values() if len(names) > 1]
+        if shared:
+            # Each layer's rule sees its own share g_j of the parameter's gradient; the norms would add
+            # as sum_j ||g_j||^2 while the clipped gradients add into one parameter, ||sum_j g_j||^2 <=
+            # k sum_j ||g_j||^2: under-clipped by up to sqrt(k).
+            raise UnsupportedModelError(
+                f"Parameters shared by layers {', '.join(map(repr, shared[0]))} (tied weights): the per-layer "
+                f"norms would under-count the shared gradient by up to sqrt({len(shared[0])}); {_FIX}.")
+        self._names = {sub: name for name, sub, _ in self.layers}
         self._records = None
+        self._verified = False
         self._handles = [sub.register_forward_hook(self._hook) for _, sub, _ in self.layers]
 
     def _hook(self, sub, inputs, output):
@@ -43,9 +117,8 @@ class HookClipper:
             return
         if sub in self._records:
             raise UnsupportedModelError(
-                f"{type(sub).__name__} was called twice in one forward pass (shared weights); "
-                "use clipping='vmap'."
-            )
+                f"Layer {self._names[sub]!r} ({type(sub).__name__}) was called twice in one forward pass "
+                f"(shared weights); {_FIX}.")
         self._records[sub] = (inputs[0].detach(), output)
 
     def remove(self):
@@ -53,26 +126,97 @@ class HookClipper:
             h.remove()
         self._handles = []
 
-    def clipped_sum(self, per_example_loss, inputs, max_grad_norm):
-        """Per-example losses and ``[(param, clipped gradient sum)]``."""
+    def _forward(self, per_example_loss, inputs):
         self._records = {}
         try:
             losses = per_example_loss(self.module, *inputs)
             records = self._records
         finally:
             self._records = None
-        used = [(sub, rule, records[sub]) for _, sub, rule in self.layers if sub in records]
-        outputs = [rec[1] for _, _, rec in used]
-        grads = torch.autograd.grad(losses.sum(), outputs, allow_unused=True)
-        norm_sq = losses.new_zeros(losses.shape[0])
-        pending = []
-        for (sub, rule, (a, _)), g in zip(used, grads):
-            if g is None:
+        used = [(name, sub, rule, *records[sub]) for name, sub, rule in self.layers if sub in records]
+        return losses, used
+
+    @staticmethod
+    def _check_example_dim(losses, used, n):
+        if losses.shape[:1] != (n,) or losses.numel() != n:
+            raise ValueError(f"per_example_loss returned shape {tuple(losses.shape)} for a lot of {n} "
+                             f"examples; it must return one loss per example, shape ({n},).")
+        for name, sub, _, a, out in used:
+            if a.shape[:1] != (n,) or not isinstance(out, torch.Tensor) or out.shape[:1] != (n,):
+                out_shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise UnsupportedModelError(
+                    f"Layer {name!r} ({type(sub).__name__}) saw input {tuple(a.shape)} and output {out_shape} "
+                    f"for a lot of {n} examples: the per-layer rules take the first dim as the example dim "
+                    f"(a time-major (T, B, ...) layout clips per time step). Keep the examples first in every "
+                    f"layer (batch_first=True), or {_FIX}.")
+
+    def _verify(self, per_example_loss, inputs, n):
+        """Probe the first half of the lot: first dims follow the lot size; rule sums equal autograd's."""
+        k = n // 2
+        with _fork_rng(self.module):  # leave the training's random stream (dropout) as it was
+            losses, used = self._forward(per_example_loss, tuple(t[:k] for t in inputs))
+        self._check_example_dim(losses, used, k)
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used] + params, allow_unused=True)
+        layers = [(*rec[:4], g) for rec, g in zip(used, grads) if g is not None]
+        if not layers or not torch.isfinite(losses.detach()).all():
+            return  # nothing to compare on this lot; probe the next one
+        _, pending = _apply_rules(layers, k, layers[0][3].dtype)
+        ones = losses.new_ones(k)
+        mine = {}
+        for clipped in pending:
+            for p, g in clipped(ones):
+                mine[p] = mine[p] + g if p in mine else g
+        for (name, p), ref in zip(((n_, p) for n_, p in self.module.named_parameters() if p.requires_grad),
+                                  grads[len(used):]):
+            got = mine.get(p)
+            if ref is None and got is None:
                 continue
-            layer_norm_sq, clipped = rule(sub, a, g)
-            norm_sq = norm_sq + layer_norm_sq
-            pending.append(clipped)
+            ref = torch.zeros_like(p) if ref is None else ref
+            got = torch.zeros_like(p) if got is None else got
+            if not (torch.isfinite(ref).all() and torch.isfinite(got).all()):
+                return
+            if (got - ref).norm() > 1e-3 * ref.norm() + 1e-6:
+                raise UnsupportedModelError(
+                    f"Parameter {name!r}: the per-layer rules account for a gradient of norm {got.norm():.4g}, "
+                    f"autograd finds {ref.norm():.4g}; it is used outside the forward of its layer (or its "
+                    f"layer's forward is not the one its rule assumes), so the hooks would not clip all of "
+                    f"its gradient; {_FIX}.")
+        self._verified = True
+
+    def clipped_sum(self, per_example_loss, inputs, max_grad_norm):
+        """Per-example losses, ``[(param, clipped gradient sum)]`` and per-example norms."""
+        check_dp_compatible(self.module)  # train/eval modes may have changed since construction
+        n = inputs[0].shape[0]
+        if not self._verified and n >= 2:
+            self._verify(per_example_loss, inputs, n)
+        versions = buffer_versions(self.module)
+        losses, used = self._forward(per_example_loss, inputs)
+        check_buffers_unchanged(self.module, versions)
+        self._check_example_dim(losses, used, n)
+        grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
+        layers = [(*rec[:4], g) for rec, g in zip(used, grads) if g is not None]
+        losses = losses.detach()
+        dtype = layers[0][3].dtype if layers else losses.dtype
+        norm_sq, pending = _apply_rules(layers, n, dtype)
+        if bool(torch.isfinite(norm_sq + losses.to(dtype)).all()):  # the fast path: one check per lot
+            norms = norm_sq.sqrt()
+            scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+            return losses, [pg for clipped in pending for pg in clipped(scale)], norms
+        return (losses,) + self._wide_clipped_sum(layers, losses, max_grad_norm, dtype)
+
+    @staticmethod
+    def _wide_clipped_sum(layers, losses, max_grad_norm, dtype):
+        """The rules in float64; examples with a non-finite norm or loss contribute exactly zero."""
+        n = losses.shape[0]
+        wide = [(name, sub, rule, a.double(), g.double()) for name, sub, rule, a, g in layers]
+        norm_sq, pending = _apply_rules(wide, n, torch.float64)
+        bad = ~torch.isfinite(norm_sq) | ~torch.isfinite(losses)
+        if bool(bad.any()):
+            keep = ~bad  # zero the rows, not only the scale: 0 x inf = NaN in the contraction
+            wide = [(name, sub, rule, _zero_rows(a, keep), _zero_rows(g, keep)) for name, sub, rule, a, g in wide]
+            norm_sq, pending = _apply_rules(wide, n, torch.float64)
         norms = norm_sq.sqrt()
-        scale = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        out = [pg for clipped in pending for pg in clipped(scale)]
-        return losses.detach(), out, norms
+        scale = torch.where(bad, 0.0, (max_grad_norm / (norms + 1e-6)).clamp(max=1.0))
+        out = [(p, g.to(p.dtype)) for clipped in pending for p, g in clipped(scale)]
+        return out, torch.where(bad, math.nan, norms).to(dtype)

@@ -7,21 +7,36 @@ trainable parameters and a function that, given per-example clipping factors,
 returns the clipped sum of their gradients. Nothing of size (batch x
 parameters) is built unless that is the cheaper way (mixed ghost clipping).
 
-Register a rule for a new layer type with ``@register(LayerType)``.
+Register a rule for a new layer type with ``@register(LayerType, params=(...))``:
+``params`` names the layer's own parameters the rule accounts for. The hooks
+refuse a layer carrying any other trainable parameter (``lin.gain =
+nn.Parameter(...)``), whose gradient the rule would leave out of the norm.
+
+Rules are dtype-generic: the hooks call them on float64 copies of ``a`` and
+``g`` when a float32 norm overflows (one record of 1e20 squares to 1e40).
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 LAYER_RULES = {}
+#: Per layer type, the names of the direct parameters its rule accounts for.
+RULE_PARAMS = {}
 
 
-def register(*layer_types):
+def register(*layer_types, params=("weight", "bias")):
     def deco(fn):
         for t in layer_types:
             LAYER_RULES[t] = fn
+            RULE_PARAMS[t] = tuple(params)
         return fn
     return deco
+
+
+def uncovered_params(module):
+    """Names of ``module``'s trainable direct parameters that its rule does not account for."""
+    covered = RULE_PARAMS.get(type(module), ())
+    return [name for name, p in module.named_parameters(recurse=False) if p.requires_grad and name not in covered]
 
 
 def rule_for(module):
@@ -140,7 +155,7 @@ def conv2d_rule(module, a, g):
     return norm_sq, clipped
 
 
-@register(nn.PReLU)
+@register(nn.PReLU, params=("weight",))
 def prelu_rule(module, a, g):
     B = a.shape[0]
     contrib = g * a.clamp(max=0)

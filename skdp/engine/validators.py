@@ -1,0 +1,102 @@
+"""Modules DP-SGD cannot train privately, whatever the clipping.
+
+Per-example clipping bounds the sensitivity only when example i's loss depends
+on example i alone, and when nothing but the noisy gradients leaves the step.
+Two kinds of module break that:
+
+- modules that mix the examples of a lot (BatchNorm in train mode normalises by
+  the lot's mean and variance: one record moves every other example's
+  gradient, so clipping each one bounds nothing);
+- modules that update buffers from the data (running statistics), which are
+  released with the model and carry no noise.
+
+Validators are registered per module type (looked up along the MRO, so
+subclasses such as SyncBatchNorm and LazyBatchNorm1d are covered); each returns
+a message or None. ``check_dp_compatible`` raises one ``UnsupportedModuleError``
+listing every offending module by path. Modules of unregistered types that
+update buffers in the forward are caught at run time by
+``buffer_versions``/``check_buffers_unchanged``.
+"""
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+
+class UnsupportedModuleError(TypeError):
+    """A module breaks per-example sensitivity (mixes examples or stores data); no clipping can fix it."""
+
+
+VALIDATORS = {}
+
+_BN_FIX = ("replace it with GroupNorm (or LayerNorm), or freeze it with fixed statistics: "
+           ".eval(), requires_grad_(False) and track_running_stats=True with its running statistics "
+           "computed on public data (a module put back in train mode, e.g. by a skorch fit, is refused again)")
+
+
+def register_validator(*module_types):
+    def deco(fn):
+        for t in module_types:
+            VALIDATORS[t] = fn
+        return fn
+    return deco
+
+
+@register_validator(_BatchNorm)  # BatchNorm1d/2d/3d, SyncBatchNorm, LazyBatchNorm*
+def _batch_norm(module):
+    if module.training:
+        return ("mixes the examples of a lot: in train mode it normalises by the lot's mean and variance "
+                "and stores running statistics without noise; " + _BN_FIX)
+    if module.running_mean is None or module.running_var is None:
+        return ("mixes the examples of a lot: without running statistics it normalises by the lot's mean "
+                "and variance even in eval mode; " + _BN_FIX)
+    return None
+
+
+@register_validator(_InstanceNorm)
+def _instance_norm(module):
+    # Per example and channel, so no mixing; but in train mode with track_running_stats it stores the
+    # running mean and variance of the data, released without noise.
+    if module.training and module.track_running_stats:
+        return ("stores running statistics of the data without noise (track_running_stats=True in train "
+                "mode); use track_running_stats=False (the default), or GroupNorm")
+    return None
+
+
+def _validator(module):
+    for cls in type(module).__mro__:
+        fn = VALIDATORS.get(cls)
+        if fn is not None:
+            return fn
+    return None
+
+
+def check_dp_compatible(module):
+    """Raise ``UnsupportedModuleError`` naming every submodule DP-SGD cannot train privately."""
+    problems = []
+    for name, sub in module.named_modules():
+        fn = _validator(sub)
+        message = fn(sub) if fn is not None else None
+        if message:
+            problems.append(f"Module {name or '<root>'!r} ({type(sub).__name__}) {message}.")
+    if problems:
+        raise UnsupportedModuleError(" ".join(problems))
+
+
+def buffer_versions(module):
+    """In-place version counters of ``module``'s buffers (an in-place update bumps them)."""
+    return [(name, b, b._version) for name, b in module.named_buffers()]
+
+
+def check_buffers_unchanged(module, versions):
+    """Raise if a forward pass updated a buffer in place: data released without noise."""
+    changed = [name for name, b, v in versions if b._version != v]
+    if changed:
+        owners = dict(module.named_modules())
+        names = []
+        for name in changed:
+            path = name.rpartition(".")[0]
+            names.append(f"{path or '<root>'!r} ({type(owners[path]).__name__}) buffer {name!r}")
+        raise UnsupportedModuleError(
+            "The forward pass updated " + ", ".join(names) + " from the data: buffers are released without "
+            "noise (and a running statistic of the lot mixes examples). Keep buffers fixed in train mode "
+            "(compute statistics on public data), or replace the module (GroupNorm/LayerNorm for a norm "
+            "layer). The buffers already hold this lot's update: discard the model.")
