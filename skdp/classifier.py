@@ -249,7 +249,7 @@ class DPMomentumClassifier(DPNetEstimatorMixin, ClassifierMixin, BaseEstimator):
             noise_multiplier=self.noise_multiplier, accounting=self.accounting,
             clipping=self.clipping, ledger=self.ledger, random_state=self.random_state,
             lr=self.lr, max_epochs=self.max_epochs, batch_size=batch_size, device=self.device,
-            callbacks=self.callbacks, verbose=self.verbose, **kwargs,
+            callbacks=self.callbacks, verbose=self.verbose, owner=type(self).__name__, **kwargs,
         )
 
     # -- predict -----------------------------------------------------------------------------

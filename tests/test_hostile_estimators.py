@@ -71,3 +71,25 @@ def test_pge_sample_refuses_what_is_not_a_count(n):
     gen = PGEGenerator(module="gaussian", max_epochs=1, bounds=(-5, 5), classes=[0, 1]).fit(X, Y)
     with pytest.raises(ValueError, match="n_samples"):
         gen.sample(n)
+
+
+def test_unsupported_module_is_refused_before_any_spend():
+    from torch import nn
+    ledger = BudgetLedger(epsilon=10)
+    clf = DPMomentumClassifier(nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 2)), classes=[0, 1], ledger=ledger)
+    with pytest.raises(TypeError, match="BatchNorm1d"):
+        clf.fit(X, Y)
+    assert ledger.total() == (0.0, 0.0)
+
+
+def test_frozen_eval_batchnorm_stays_in_eval_mode_and_trains():
+    from torch import nn
+    bn = nn.BatchNorm1d(4).eval().requires_grad_(False)
+    clf = DPMomentumClassifier(nn.Sequential(bn, nn.Linear(4, 2)), classes=[0, 1], max_epochs=2).fit(X, Y)
+    assert np.isfinite(clf.epsilon_) and not clf.net_.module_[0].training
+
+
+def test_ledger_entries_name_the_estimator():
+    ledger = BudgetLedger(epsilon=10)
+    DPMomentumClassifier(max_epochs=1, classes=[0, 1], ledger=ledger).fit(X, Y)
+    assert ledger.entries[0][2].startswith("DPMomentumClassifier:")

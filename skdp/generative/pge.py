@@ -284,7 +284,8 @@ class PGEGenerator(BaseEstimator):
             module, sigmas=self.sigmas_, n_projections=self.n_projections, n_classes=n_classes,
             accounting=self.accounting, random_state=rng, lr=self.lr, max_epochs=self.max_epochs,
             batch_size=resolve_batch_size(self.batch_size, n_samples), optimizer=torch.optim.Adam,
-            device=self.device, verbose=self.verbose, iterator_valid__batch_size=1024,
+            device=self.device, verbose=self.verbose, owner=type(self).__name__,
+            iterator_valid__batch_size=1024,
             **{f"module__{k}": v for k, v in kwargs.items()}, **privacy)
 
     def _image_shape(self, n_features):

@@ -187,13 +187,16 @@ class DPNet(NeuralNet):
     ledger : BudgetLedger or None
         Charged before training; a fit that would overdraw it never starts.
     random_state : int, Generator or None
-        Seeds initialisation, lot sampling and noise. None: OS entropy.
+        Seeds initialisation (and other non-mechanism draws). Lots and noise
+        always come from fresh OS entropy (``mechanism_rng``).
+    owner : str or None
+        Name of the estimator this net trains for, used in ledger entries.
     """
 
     def __init__(self, module, criterion=torch.nn.CrossEntropyLoss, *args, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", clipping="auto",
                  ledger=None, random_state=None, train_split=None, optimizer=torch.optim.SGD,
-                 **kwargs):
+                 owner=None, **kwargs):
         kwargs.setdefault("criterion__reduction", "none")
         super().__init__(module, criterion, *args, train_split=train_split, optimizer=optimizer, **kwargs)
         self.epsilon = epsilon
@@ -204,6 +207,7 @@ class DPNet(NeuralNet):
         self.clipping = clipping
         self.ledger = ledger
         self.random_state = random_state
+        self.owner = owner
 
     # ---- set-up -------------------------------------------------------------------------
     def get_default_callbacks(self):
@@ -277,7 +281,16 @@ class DPNet(NeuralNet):
                 module = self.module(**kwargs)
             init_parameters(module, torch_generator(self.rng_))
         self.module_ = module.to(self.device)
+        # Sub-modules a user put in eval mode (a frozen BatchNorm with public statistics) stay there:
+        # skorch's train() each step would switch them back to batch statistics, which mix examples.
+        self._eval_modules = [m for m in module.modules() if not m.training and not any(
+            p.requires_grad for p in m.parameters())] if isinstance(self.module, torch.nn.Module) else []
         return self
+
+    def _set_training(self, training=True):
+        super()._set_training(training)
+        for sub in getattr(self, "_eval_modules", ()):
+            sub.eval()
 
     # ---- privacy plan -------------------------------------------------------------------
     def plan_privacy(self, n_samples, epochs):
@@ -318,21 +331,24 @@ class DPNet(NeuralNet):
             warnings.warn("Training with clipping and no noise (epsilon=inf): the model is NOT "
                           "differentially private.", PrivacyLeakWarning)
         self.check_runnable(sigma, sample_rate * n_samples)
-        if self.ledger is not None:
-            self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
-                              label=f"{type(self).__name__}: {n_batches * epochs} steps")
         self.sample_rate_, self.n_batches_, self.noise_multiplier_ = sample_rate, n_batches, sigma
         # Lots and noise: fresh entropy for this fit, dropped when it ends (never pickled).
         self._lot_rng = mechanism_rng(self)
         self._private_log = {}
-        engines = self.initialize_engines(sigma, sample_rate * n_samples)
+        engines = []
         try:
+            # The engines validate the module (examples mixed, unsupported layers) before any charge.
+            engines = self.initialize_engines(sigma, sample_rate * n_samples)
+            if self.ledger is not None:
+                self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
+                                  label=f"{self.owner or type(self).__name__}: {n_batches * epochs} steps "
+                                        f"(sigma={sigma:.4g}, q={sample_rate:.4g})")
             return super().fit_loop(X, y, epochs=epochs, **fit_params)
         finally:
             for name in engines:
                 getattr(self, name).close()
                 delattr(self, name)
-            del self._lot_rng
+            self.__dict__.pop("_lot_rng", None)
 
     def make_engine(self, module, noise_multiplier, expected_batch_size, clipping=None):
         """A ``DPSGDEngine`` for ``module`` drawing noise from the fit's generator."""

@@ -238,7 +238,8 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
             noise_multiplier=self.noise_multiplier if private else 0.0, accounting=self.accounting,
             ledger=self.ledger if private else None, random_state=self.random_state,
             lr=self.lr, max_epochs=self.pretrain_epochs + self.gan_epochs,
-            batch_size=min(self.batch_size, n_samples), device=self.device, verbose=self.verbose)
+            batch_size=min(self.batch_size, n_samples), device=self.device, verbose=self.verbose,
+            owner=type(self).__name__)
 
     # -- transform ---------------------------------------------------------------------------
     def transform(self, X):
