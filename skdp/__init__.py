@@ -1,5 +1,5 @@
 """skdp: differentially private estimators for scikit-learn, with torch models behind skorch."""
-from .classifier import DPMomentumClassifier
+from .nn import DPMomentumClassifier, DPMomentumRegressor
 from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .generative import PGEGenerator, TrainOnSynthetic
@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DPMomentumClassifier",
+    "DPMomentumRegressor",
     "DPFisherClassifier",
     "DPFisherSelector",
     "DFSRelease",

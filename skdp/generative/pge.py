@@ -6,14 +6,15 @@ import warnings
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning
 from ..privacy.ledger import charge
 from ..utils.bounds import resolve_bounds
-from ..nn.net import check_device, plan_dpsgd
+from ..nn._estimator import DPSGDEstimator, fill_dp_docs
+from ..nn.net import check_device
 from ..privacy import set_privacy_attributes
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
@@ -27,7 +28,8 @@ COUNT_SHARE = 0.05
 SAMPLE_CHUNK = 4096
 
 
-class PGEGenerator(BaseEstimator):
+@fill_dp_docs
+class PGEGenerator(DPSGDEstimator):
     """Generative model: a score network trained by sliced score matching, sampled by Hamiltonian dynamics.
 
     ``mechanism="dpsgd"`` (certified, the default)
@@ -58,7 +60,8 @@ class PGEGenerator(BaseEstimator):
         the score of a class-conditional diagonal Gaussian (2 k d parameters);
         under DP-SGD on small data it is the one that keeps its signal.
     mechanism : {"dpsgd", "randomized_response"}, default="dpsgd"
-    epsilon, delta : float, default=1.0, 1e-5
+    {dp:epsilon}
+    {dp:delta}
     k : int, default=10
         Candidates of the randomized response ("randomized_response" only).
     n_projections : int, default=1
@@ -70,13 +73,13 @@ class PGEGenerator(BaseEstimator):
     sigma_min : float, default=0.01
     n_levels : int, default=10
         M: noise levels, and sampling rounds of Algorithm 2.
-    max_epochs : int, default=30
-    batch_size : int or "auto", default="auto"
+    {dp:max_epochs}
+    {dp:batch_size}
     lr : float, default=3e-3
-        Adam's learning rate.
-    max_grad_norm : float, default=1.0
-    noise_multiplier : float or None, default=None
-    accounting : {"rdp", "prv"}, default="rdp"
+        Adam's learning rate (post-processing of the noisy gradients).
+    {dp:max_grad_norm}
+    {dp:noise_multiplier}
+    {dp:accounting}
     bounds : None or (lower, upper), default=None
         Public range of the features; None reads it from the data (warns).
     classes : array-like or None, default=None
@@ -90,15 +93,11 @@ class PGEGenerator(BaseEstimator):
     step_size : float or None, default=None
         lambda0; None -> 0.3 * sigma_min: each leapfrog step moves about 0.3 noise levels.
     acceptance : {"hmc", "density"}, default="hmc"
-    ledger : BudgetLedger or None, default=None
-    device : str, default="cpu"
+    {dp:ledger}
+    {dp:device}
     verbose : int, default=0
         1: skorch's training log (with epsilon) and sampling progress.
-    random_state : int, Generator or None, default=None
-        Seeds the initialisation and the loss's random draws (noise levels,
-        projections). The mechanisms' randomness (Laplace on the class counts,
-        DP-SGD's lots and noise, randomized response) is always fresh OS
-        entropy; see :func:`skdp.insecure_noise_seed` for experiments.
+    {dp:random_state}
 
     Attributes
     ----------
@@ -108,10 +107,7 @@ class PGEGenerator(BaseEstimator):
         Noisy class proportions ("dpsgd").
     bounds_ : (lower, upper)
     sigmas_ : tuple
-    epsilon_, delta_ : float
-        Certified spend ("dpsgd") or the paper's claim ("randomized_response").
-    privacy_certified_ : bool
-    noise_multiplier_ : float
+    {dp:attributes}
     n_features_in_ : int
 
     Examples
@@ -215,16 +211,12 @@ class PGEGenerator(BaseEstimator):
             if not certified:  # the no-noise warning of the engine is the one just given
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
             self.net_.fit(Z, codes)
-        self.noise_multiplier_ = self.net_.noise_multiplier_
-        self.noise_seeded_ = self.noise_seeded_ or self.net_.noise_seeded_
         read = ([] if self.bounds is not None else ["bounds"]) + (
             ["classes"] if self.classes is None and y is not None else [])
-        if certified:
-            # Class proportions cost COUNT_SHARE * epsilon (Laplace); with epsilon=inf they are exact.
-            eps_counts = 0.0 if self.classes_ is None else COUNT_SHARE * self.epsilon
-            set_privacy_attributes(self, self.net_.epsilon_spent() + eps_counts, self.delta,
-                                   read_from_data=read)
-        else:
+        # Class proportions cost COUNT_SHARE * epsilon (Laplace); with epsilon=inf they are exact.
+        eps_counts = 0.0 if self.classes_ is None else COUNT_SHARE * self.epsilon
+        self._set_fit_results(self.net_, extra_epsilon=eps_counts, read_from_data=read)
+        if not certified:
             set_privacy_attributes(self, self.epsilon, 0.0, read_from_data=read, certified=(
                 "randomized response on data-independent projections certifies nothing (the paper's claim)"))
         return self
@@ -233,11 +225,12 @@ class PGEGenerator(BaseEstimator):
         """(epsilon, delta) a fit on ``n_samples`` records will certify; labels assumed (``classes`` set)."""
         if self.mechanism != "dpsgd":
             return float(self.epsilon), 0.0
+        return super()._planned_privacy(n_samples)
+
+    def _plan(self, n_samples):
         share = COUNT_SHARE if (self.classes is not None and not math.isinf(self.epsilon)) else 0.0
-        *_, eps_net = plan_dpsgd(n_samples, resolve_batch_size(self.batch_size, n_samples), self.max_epochs,
-                                 (1 - share) * self.epsilon, self.delta, self.noise_multiplier, self.accounting)
-        epsilon = eps_net + share * self.epsilon
-        return epsilon, 0.0 if math.isinf(epsilon) else float(self.delta)
+        return (resolve_batch_size(self.batch_size, n_samples), self.max_epochs, (1 - share) * self.epsilon,
+                share * self.epsilon)
 
     def _encode_labels(self, y, n):
         if y is None:
@@ -272,21 +265,18 @@ class PGEGenerator(BaseEstimator):
             module, kwargs = ScoreMLP, dict(n_features=n_features, n_classes=n_classes,
                                             hidden_size=self.hidden_size, n_blocks=self.n_blocks,
                                             residual=self.residual)
+        privacy = self._dp_net_kwargs()
+        privacy["random_state"] = rng
         if certified:
             share = COUNT_SHARE if (n_classes and not math.isinf(self.epsilon)) else 0.0
-            privacy = dict(epsilon=(1 - share) * self.epsilon, delta=self.delta,
-                           noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
-                           ledger=self.ledger)
+            privacy["epsilon"] = (1 - share) * self.epsilon
         else:  # the paper: no clipping, no noise; the paper's randomized response on projections
-            privacy = dict(epsilon=math.inf, delta=self.delta, noise_multiplier=0.0, max_grad_norm=math.inf,
+            privacy.update(epsilon=math.inf, noise_multiplier=0.0, max_grad_norm=math.inf, ledger=None,
                            rr_k=self.k, rr_epsilon=self.epsilon)
         return PGENet(
             module, sigmas=self.sigmas_, n_projections=self.n_projections, n_classes=n_classes,
-            accounting=self.accounting, random_state=rng, lr=self.lr, max_epochs=self.max_epochs,
             batch_size=resolve_batch_size(self.batch_size, n_samples), optimizer=torch.optim.Adam,
-            device=self.device, verbose=self.verbose, owner=type(self).__name__,
-            iterator_valid__batch_size=1024,
-            **{f"module__{k}": v for k, v in kwargs.items()}, **privacy)
+            iterator_valid__batch_size=1024, **{f"module__{k}": v for k, v in kwargs.items()}, **privacy)
 
     def _image_shape(self, n_features):
         if self.image_shape is None:

@@ -2,6 +2,8 @@
 from .init import init_parameters, register_init
 from .modules import MLP, MODULES, SmallCNN, SoftmaxRegression, module_spec
 from .net import DPNet, EpsilonLogger, plan_dpsgd
+from ._estimator import DPSGDEstimator, fill_dp_docs
+from ._momentum import DPMomentumClassifier, DPMomentumRegressor
 
-__all__ = ["DPNet", "EpsilonLogger", "plan_dpsgd", "MLP", "MODULES", "SmallCNN", "SoftmaxRegression",
+__all__ = ["DPMomentumClassifier", "DPMomentumRegressor", "DPSGDEstimator", "fill_dp_docs", "DPNet", "EpsilonLogger", "plan_dpsgd", "MLP", "MODULES", "SmallCNN", "SoftmaxRegression",
            "module_spec", "init_parameters", "register_init"]

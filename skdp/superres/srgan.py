@@ -7,13 +7,13 @@ import warnings
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, Options, StrOptions
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning
-from ..privacy.report import set_privacy_attributes
+from ..nn._estimator import DPSGDEstimator, fill_dp_docs
 from ..preprocessing import resample
 from ..utils.images import as_images, normalize_image_shape, restore_layout
 from ..utils.validation import PRIVACY_CONSTRAINTS, warn_if_delta_too_large
@@ -24,7 +24,8 @@ from .networks import SCALES, SRGAN
 TRANSFORM_CHUNK = 64
 
 
-class SRGANTransformer(TransformerMixin, BaseEstimator):
+@fill_dp_docs
+class SRGANTransformer(TransformerMixin, DPSGDEstimator):
     """Super-resolve low-resolution images with an SRGAN trained on high-resolution ones.
 
     ``fit(X_high_res)`` makes the low-resolution inputs itself (``degradation``
@@ -79,15 +80,17 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         Content loss on its features instead of pixels (a perceptual loss, e.g.
         VGG layers loaded by the user). Kept frozen.
     epsilon : float or None, default=None
-    delta : float, default=1e-5
-    max_grad_norm : float, default=1.0
-    noise_multiplier : float or None, default=None
-    accounting : {"rdp", "prv"}, default="rdp"
-    ledger : BudgetLedger or None, default=None
-    device : str, default="cpu"
-    verbose : int, default=0
-        1 prints skorch's log each epoch (losses, epsilon, duration).
-    random_state : int, Generator or None, default=None
+        None declares the training images public (nothing accounted,
+        ``privacy_certified_=False``). A number: both networks train by DP-SGD
+        and the fit spends at most (``epsilon``, ``delta``).
+    {dp:delta}
+    {dp:max_grad_norm}
+    {dp:noise_multiplier}
+    {dp:accounting}
+    {dp:ledger}
+    {dp:device}
+    {dp:verbose}
+    {dp:random_state}
 
     Attributes
     ----------
@@ -96,9 +99,7 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
     net_ : SRGANNet
         The fitted skorch net; ``net_.history`` holds the log.
     image_shape_, low_res_shape_ : tuple (C, H, W)
-    epsilon_, delta_ : float
-    noise_multiplier_ : float
-    n_steps_ : int
+    {dp:attributes}
     images_per_second_ : float
         Training throughput (high-resolution images per second over all steps).
     n_features_in_ : int
@@ -206,14 +207,19 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
             self.net_.fit(lr_images, np.ascontiguousarray(hr))
         elapsed = time.perf_counter() - start
         self.generator_ = self.net_.module_.generator.eval()
-        self.n_steps_ = self.net_.accountant_.n_steps
-        self.noise_multiplier_ = self.net_.noise_multiplier_
-        self.noise_seeded_ = self.net_.noise_seeded_
-        set_privacy_attributes(self, self.net_.epsilon_spent() if self._private else math.inf, self.delta,
-                               certified=True if self._private else "training data declared public (epsilon=None)")
+        self._set_fit_results(self.net_, private=self._private,
+                              certified=self._private or "training data declared public (epsilon=None)")
         seen = self.n_steps_ * self.net_.sample_rate_ * len(hr)
         self.images_per_second_ = seen / elapsed if elapsed > 0 else math.inf
         return self
+
+    def _planned_privacy(self, n_samples):
+        """(epsilon, delta) a fit on ``n_samples`` images will certify; (0, 0) for declared-public data."""
+        return super()._planned_privacy(n_samples) if self._private else (0.0, 0.0)
+
+    def _plan(self, n_samples):
+        epsilon = math.inf if self.epsilon is None else self.epsilon
+        return min(self.batch_size, n_samples), self.pretrain_epochs + self.gan_epochs, epsilon, 0.0
 
     def _public_data_context(self):
         if self._private:
@@ -227,19 +233,17 @@ class SRGANTransformer(TransformerMixin, BaseEstimator):
         private = self._private
         # The class, not an instance: DPNet builds it without touching torch's global generator and
         # initialises it from the fit's own.
+        public = dict(epsilon=math.inf, max_grad_norm=math.inf, noise_multiplier=0.0, ledger=None)
         return SRGANNet(
             SRGAN, **{f"module__{k}": v for k, v in module_kwargs.items()},
             pretrain_epochs=self.pretrain_epochs, adversarial_weight=self.adversarial_weight,
             gan_lr=self.lr / 10 if self.gan_lr is None else self.gan_lr,
             feature_extractor=(None if self.feature_extractor is None
                                else FrozenFeatures(self.feature_extractor, self.device)),
-            epsilon=self.epsilon if private and self.epsilon is not None else math.inf,
-            delta=self.delta, max_grad_norm=self.max_grad_norm if private else math.inf,
-            noise_multiplier=self.noise_multiplier if private else 0.0, accounting=self.accounting,
-            ledger=self.ledger if private else None, random_state=self.random_state,
-            lr=self.lr, max_epochs=self.pretrain_epochs + self.gan_epochs,
-            batch_size=min(self.batch_size, n_samples), device=self.device, verbose=self.verbose,
-            owner=type(self).__name__)
+            batch_size=min(self.batch_size, n_samples),
+            **self._dp_net_kwargs(max_epochs=self.pretrain_epochs + self.gan_epochs,
+                                  **({} if private and self.epsilon is not None else {"epsilon": math.inf}),
+                                  **({} if private else public)))
 
     # -- transform ---------------------------------------------------------------------------
     def transform(self, X):

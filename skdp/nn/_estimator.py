@@ -1,0 +1,200 @@
+"""The one base of skdp's DP-SGD estimators: shared privacy parameters, their docs, the net, the results.
+
+``DPMomentumClassifier``, ``DPMomentumRegressor``, ``PGEGenerator`` and
+``SRGANTransformer`` keep only what is theirs (their module, loss and
+output). This base owns:
+
+- the shared privacy and training parameters: their constraints
+  (``DPSGD_CONSTRAINTS``) and their numpydoc entries, written once here and
+  substituted into each estimator's docstring (``{dp:name}`` tokens, as skorch
+  builds its classifier docstrings);
+- skorch-style ``module__*`` / ``optimizer__*`` / ... passthrough parameters
+  (kept by ``get_params`` so ``clone`` and searches carry them, typos too);
+- the arguments every ``DPNet`` gets (:meth:`_dp_net_kwargs`);
+- the fitted privacy results, read from the net in one place
+  (:meth:`_set_fit_results`): ``epsilon_``, ``delta_``, ``privacy_certified_``,
+  ``privacy_notes_``, ``noise_multiplier_``, ``sample_rate_``, ``n_steps_``,
+  ``noise_seeded_``;
+- the privacy plan from public quantities (:meth:`_planned_privacy`), which
+  ``search_privacy_cost`` uses;
+- ``partial_fit`` (one more epoch, charged to the accountant and the ledger).
+"""
+import math
+import re
+
+from sklearn.base import BaseEstimator
+
+from ..privacy.report import set_privacy_attributes
+from .net import plan_dpsgd
+
+# skorch's routed parameter prefixes passed through to the net.
+NET_PREFIXES = ("module__", "optimizer__", "criterion__", "callbacks__", "iterator_valid__")
+
+# numpydoc entries of the shared parameters, substituted for ``{dp:name}`` in docstrings.
+DP_PARAMETER_DOCS = {
+    "epsilon": """epsilon : float, default={default}
+    Privacy budget of one fit. ``float("inf")`` trains with clipping and no
+    noise (not private; warns, ``privacy_certified_=False``).""",
+    "delta": """delta : float, default={default}
+    Delta of the (epsilon, delta) guarantee; keep it well below 1 / n_samples.""",
+    "max_grad_norm": """max_grad_norm : float, default={default}
+    Per-example clipping bound C on the gradient of all trainable parameters.""",
+    "noise_multiplier": """noise_multiplier : float or None, default={default}
+    None: calibrated so that the fit spends at most ``epsilon``. Given: the
+    noise is ``noise_multiplier * max_grad_norm``, ``epsilon`` is ignored and
+    the certified spend is reported in ``epsilon_``.""",
+    "lr": """lr : float, default={default}
+    Learning rate of the optimizer (post-processing of the noisy gradients).""",
+    "max_epochs": """max_epochs : int, default={default}
+    Epochs; an epoch is ``round(n_samples / batch_size)`` Poisson lots.""",
+    "batch_size": """batch_size : int or "auto", default={default}
+    Expected lot size (lots are Poisson samples of rate ``batch_size / n``).
+    "auto" is about ``4 * sqrt(n_samples)``, capped by n_samples.""",
+    "accounting": """accounting : {{"rdp", "prv"}}, default={default}
+    Opacus's RDP accountant (certified upper bound) or PRV (tighter, slower).""",
+    "clipping": """clipping : {{"auto", "ghost", "vmap"}}, default={default}
+    Per-example clipping of the engine: "ghost" (hooks and per-layer rules,
+    fast), "vmap" (torch.func, any layer), "auto" (ghost where it can).""",
+    "ledger": """ledger : BudgetLedger or None, default={default}
+    Charged with the fit's planned spend before training; a fit that would
+    overdraw it raises ``BudgetExceededError`` and never starts.""",
+    "device": """device : str or torch.device, default={default}
+    Where the network trains ("cpu", "cuda"); the noise is drawn there.""",
+    "verbose": """verbose : int, default={default}
+    1 prints skorch's log each epoch: epsilon so far and, for the data
+    curator only, the unnoised training loss (never stored).""",
+    "random_state": """random_state : int, Generator or None, default={default}
+    Seeds the initialisation and other non-mechanism draws only. Mechanism
+    randomness (Poisson lots, noise) is always fresh OS entropy, so that nobody
+    holding the fitted estimator can replay it; for reproducible noise in
+    experiments see :func:`skdp.insecure_noise_seed` (not private).""",
+    "callbacks": """callbacks : list or None, default={default}
+    skorch callbacks. They see only released quantities: the net, its noisy
+    weights and gradients, and a history of ``epoch``, ``dur`` and ``epsilon``;
+    data arguments (lots, ``X``, ``y``, unnoised losses) are None. Callbacks
+    that monitor or score private quantities (e.g.
+    ``EarlyStopping(monitor="train_loss")``) are refused.""",
+    "kwargs": """**kwargs
+    skorch-style ``module__*``, ``optimizer__*``, ``criterion__*``,
+    ``callbacks__*`` and ``iterator_valid__*`` parameters, passed to the net.""",
+}
+
+DP_ATTRIBUTE_DOCS = """epsilon_ : float
+    Epsilon the fit spent, certified by the accountant (<= ``epsilon``).
+delta_ : float
+    Delta of the guarantee (0 without noise).
+privacy_certified_ : bool
+    Whether (``epsilon_``, ``delta_``) is a proven guarantee of what the
+    estimator releases; ``privacy_notes_`` says why not.
+privacy_notes_ : tuple of str
+    Why the fit is not certified (empty when it is).
+noise_seeded_ : bool
+    True when fitted inside :func:`skdp.insecure_noise_seed` (not private).
+noise_multiplier_ : float
+    sigma of the fit (calibrated or given).
+sample_rate_ : float
+    Poisson sample rate of the lots.
+n_steps_ : int
+    DP-SGD steps (lots) taken, all fits of this estimator together."""
+
+_TOKEN = re.compile(r"^(?P<indent>[ \t]*)\{dp:(?P<name>\w+)(?:=(?P<default>[^}]*))?\}[ \t]*$", re.M)
+
+
+def fill_dp_docs(cls):
+    """Class decorator: replace ``{dp:name}`` / ``{dp:name=default}`` lines of the docstring by the shared entry.
+
+    ``{dp:attributes}`` inserts the shared fitted attributes. The default shown
+    is read from the class's ``__init__`` unless written after ``=``.
+    """
+    import inspect
+
+    signature = inspect.signature(cls.__init__).parameters
+
+    def entry(match):
+        name, indent = match["name"], match["indent"]
+        if name == "attributes":
+            text = DP_ATTRIBUTE_DOCS
+        else:
+            default = match["default"]
+            if default is None:
+                default = repr(signature[name].default) if name in signature else "None"
+            text = DP_PARAMETER_DOCS[name].format(default=default)
+        return "\n".join(indent + line if line else line for line in text.splitlines())
+
+    if cls.__doc__:
+        cls.__doc__ = _TOKEN.sub(entry, cls.__doc__)
+    return cls
+
+
+class DPSGDEstimator(BaseEstimator):
+    """Base class of the DP-SGD estimators (not used directly).
+
+    Subclasses set ``_dp_parameters`` (the shared parameters they take) and
+    build their net with ``**self._dp_net_kwargs()``.
+    """
+
+    # -- skorch-style passthrough parameters ------------------------------------------------
+    def _store_net_kwargs(self, kwargs):
+        # Stored as given (scikit-learn validates in fit, never in __init__).
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+        known = tuple(getattr(self, "_extra_params", ()))
+        self._extra_params = known + tuple(k for k in kwargs if k not in known)
+
+    def _net_kwargs(self):
+        """The passthrough parameters that go to the net (``module__*`` and the like)."""
+        return {k: getattr(self, k) for k in getattr(self, "_extra_params", ()) if k.startswith(NET_PREFIXES)}
+
+    def _check_net_kwargs(self):
+        for key in getattr(self, "_extra_params", ()):
+            if not key.startswith(NET_PREFIXES):
+                raise TypeError(
+                    f"{type(self).__name__} got an unexpected parameter {key!r}; extra parameters "
+                    f"must start with one of {NET_PREFIXES}.")
+
+    def get_params(self, deep=True):
+        params = super().get_params(deep=deep)
+        # All extra parameters, misspelt ones too: clone() (and so every search) keeps a typo,
+        # and fit refuses it there as it does in a direct fit.
+        params.update({k: getattr(self, k) for k in getattr(self, "_extra_params", ())})
+        return params
+
+    def set_params(self, **params):
+        extra = {k: params.pop(k) for k in list(params)
+                 if k.startswith(NET_PREFIXES) or k in getattr(self, "_extra_params", ())}
+        self._store_net_kwargs(extra)
+        return super().set_params(**params) if params else self
+
+    # -- the net ---------------------------------------------------------------------------
+    _NET_ARGUMENTS = ("epsilon", "delta", "max_grad_norm", "noise_multiplier", "accounting", "clipping",
+                      "ledger", "random_state", "lr", "max_epochs", "device", "verbose")
+
+    def _dp_net_kwargs(self, **overrides):
+        """Arguments every ``DPNet`` of this estimator gets (privacy, training, identity), then ``overrides``."""
+        kwargs = {name: getattr(self, name) for name in self._NET_ARGUMENTS if hasattr(self, name)}
+        kwargs["owner"] = type(self).__name__
+        kwargs.update(overrides)
+        return kwargs
+
+    def _set_fit_results(self, net, *, extra_epsilon=0.0, read_from_data=(), certified=True, private=True):
+        """Read the fit's privacy results from ``net`` (one place for every DP-SGD estimator)."""
+        self.noise_multiplier_ = net.noise_multiplier_
+        self.sample_rate_ = net.sample_rate_
+        self.n_steps_ = net.accountant_.n_steps
+        self.noise_seeded_ = getattr(self, "noise_seeded_", False) or net.noise_seeded_
+        epsilon = net.epsilon_spent() + extra_epsilon if private else math.inf
+        set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data)
+
+    # -- planning ----------------------------------------------------------------------------
+    def _plan(self, n_samples):
+        """``(batch_size, epochs, epsilon_for_dpsgd, extra_epsilon)`` of a fit on ``n_samples``."""
+        from ..utils.validation import resolve_batch_size
+        return resolve_batch_size(self.batch_size, n_samples), self.max_epochs, self.epsilon, 0.0
+
+    def _planned_privacy(self, n_samples):
+        """(epsilon, delta) a fit on ``n_samples`` records will certify, from public quantities only."""
+        batch_size, epochs, epsilon, extra = self._plan(n_samples)
+        *_, spent = plan_dpsgd(n_samples, batch_size, epochs, epsilon, self.delta, self.noise_multiplier,
+                               self.accounting)
+        spent += extra
+        return spent, 0.0 if math.isinf(spent) else float(self.delta)

@@ -1,0 +1,489 @@
+"""DP-SGD with momentum (Abadi et al. 2016; the thesis's Algorithm 2): a classifier and a regressor.
+
+Both read top to bottom: validate -> public plan (lot size) -> one DPNet
+(clip, noise, accountant) -> fitted attributes. They differ only in their
+targets, loss and output.
+"""
+import numbers
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.utils import check_array
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.validation import _check_feature_names, check_is_fitted, validate_data
+
+from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
+from ._estimator import DPSGDEstimator, fill_dp_docs
+from .modules import module_spec
+from .net import DPNet
+
+SAMPLE_WEIGHT_REFUSED = (
+    "{owner} does not take sample_weight: DP-SGD bounds every record's influence by clipping its gradient "
+    "to max_grad_norm, and a weight would change that bound (weights above 1 break the guarantee; weights "
+    "from the private data leak). Resample or filter the records instead."
+)
+
+
+class PerExampleRegressionLoss(torch.nn.Module):
+    """Mean over outputs of the squared error (or Huber loss), one value per example."""
+
+    def __init__(self, loss="squared_error", huber_delta=1.0, reduction="none"):
+        super().__init__()
+        if reduction != "none":
+            raise ValueError("PerExampleRegressionLoss returns one loss per example (reduction='none').")
+        self.loss = loss
+        self.huber_delta = huber_delta
+
+    def forward(self, prediction, target):
+        target = target.reshape(prediction.shape)
+        if self.loss == "huber":
+            per_output = F.huber_loss(prediction, target, reduction="none", delta=self.huber_delta)
+        else:
+            per_output = F.mse_loss(prediction, target, reduction="none")
+        return per_output.flatten(1).mean(1)
+
+
+class _DPMomentum(DPSGDEstimator):
+    """What the momentum classifier and regressor share: validation, the net, prediction."""
+
+    _parameter_constraints = {
+        **DPSGD_CONSTRAINTS,
+        "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
+        "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
+        "image_shape": [None, tuple],
+        "ledger": [None, HasMethods(["spend"])],
+        "device": [str, torch.device],
+        "callbacks": [None, list],
+        "verbose": ["verbose"],
+        "warm_start": ["boolean"],
+    }
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = True
+        tags.non_deterministic = True  # fresh mechanism noise every fit
+        return tags
+
+    def _validate_X(self, X, reset):
+        if reset:
+            return validate_data(self, X, reset=True, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+        # n_features_in_ counts pixels for images, so sklearn's check of X.shape[1] would not fit:
+        # the feature names are checked as sklearn does, and the row shape against input_shape_.
+        _check_feature_names(self, X, reset=False)
+        X = check_array(X, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+        if X.shape[1:] != self.input_shape_:
+            raise ValueError(
+                f"X has rows of shape {X.shape[1:]}, but {type(self).__name__} was fitted on rows of shape "
+                f"{self.input_shape_}; pass data shaped like the training data.")
+        return X
+
+    def _fit(self, X, y_enc, n_outputs, read_from_data, sample_weight=None, epochs=None, continuing=None):
+        """Train on validated ``X`` and encoded targets: the one body of ``fit`` and ``partial_fit``.
+
+        ``continuing`` (default: ``warm_start`` and already fitted) trains the fitted network further;
+        every call plans, charges and accounts its own epochs.
+        """
+        if sample_weight is not None:
+            raise ValueError(SAMPLE_WEIGHT_REFUSED.format(owner=type(self).__name__))
+        self._check_net_kwargs()
+        if continuing is None:
+            continuing = self.warm_start and hasattr(self, "net_")
+        if continuing and X.shape[1:] != self.input_shape_:
+            raise ValueError(f"X has rows of shape {X.shape[1:]}, but the fitted network takes rows of shape "
+                             f"{self.input_shape_}.")
+        self.input_shape_ = X.shape[1:]
+        self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
+        n_samples = X.shape[0]
+        warn_if_delta_too_large(self.delta, n_samples, type(self).__name__)
+        X = X[:, None] if X.ndim == 3 else X  # (n, H, W): one channel
+        if continuing:
+            self.net_.partial_fit(X, y_enc, epochs=epochs)
+        else:
+            self.net_ = self._make_net(X.shape[1:], resolve_batch_size(self.batch_size, n_samples), n_outputs)
+            self.net_.fit(X, y_enc, epochs=epochs)
+        self._set_fit_results(self.net_, read_from_data=read_from_data)
+        return self
+
+    def _make_net(self, input_shape, batch_size, n_outputs):
+        kwargs = self._net_kwargs()
+        module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("module__")}
+        module, module_kwargs = module_spec(self.module, input_shape=input_shape, n_classes=n_outputs,
+                                            image_shape=self.image_shape, **module_kwargs)
+        kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
+        kwargs.setdefault("optimizer__momentum", self.momentum)
+        kwargs.setdefault("iterator_valid__batch_size", 1024)
+        return DPNet(module, criterion=self._criterion(), batch_size=batch_size, callbacks=self.callbacks,
+                     **self._dp_net_kwargs(), **kwargs)
+
+    def _forward(self, X):
+        check_is_fitted(self)
+        X = self._validate_X(X, reset=False)
+        return self.net_.forward(X[:, None] if X.ndim == 3 else X, training=False).double()
+
+    def _torch_forward(self, x):
+        check_is_fitted(self)
+        module = self.net_.module_.eval()
+        x = x.to(self.net_.device, torch.float32)
+        return module(x[:, None] if x.dim() == 3 else x)
+
+    @property
+    def history_(self):
+        """The training log: ``epoch``, ``dur`` and ``epsilon`` per epoch (released quantities only)."""
+        check_is_fitted(self)
+        return self.net_.history
+
+
+@fill_dp_docs
+class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
+    """Classifier trained with differentially private SGD with momentum.
+
+    Lots are Poisson-sampled with expected size ``batch_size``; each example's
+    gradient is clipped to ``max_grad_norm``; Gaussian noise of standard
+    deviation ``noise_multiplier * max_grad_norm`` is added to the lot's sum;
+    the SGD-with-momentum update is post-processing. The noise is calibrated so
+    that the whole fit is (``epsilon``, ``delta``)-DP (add/remove-one-record
+    adjacency, RDP or PRV accounting).
+
+    Parameters
+    ----------
+    module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
+        "linear" is the thesis's single-layer network (softmax regression).
+        Constructor arguments go in ``module__*`` (e.g. ``module__hidden_sizes=(128,)``).
+    {dp:epsilon}
+    {dp:delta}
+    {dp:max_grad_norm}
+    {dp:noise_multiplier}
+    momentum : float, default=0.9
+        Momentum of SGD (post-processing of the noisy gradients).
+    {dp:lr}
+    {dp:max_epochs}
+    {dp:batch_size}
+    {dp:accounting}
+    {dp:clipping}
+    classes : array-like or None, default=None
+        The public set of labels. None reads it from ``y`` (warns: the label set
+        of the private data is released; ``privacy_certified_=False``).
+    image_shape : tuple (H, W) or None, default=None
+        Image size of flat input for ``module="cnn"``.
+    {dp:ledger}
+    {dp:device}
+    {dp:callbacks}
+    {dp:verbose}
+    warm_start : bool, default=False
+        True: a new ``fit`` continues training the fitted network (the same
+        ``classes_``); its spend adds to the accountant and the ledger.
+    {dp:random_state}
+    {dp:kwargs}
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The label set (public if ``classes`` was given).
+    {dp:attributes}
+    net_ : skdp.nn.DPNet
+        The fitted skorch net.
+    n_features_in_ : int
+        Features per row (pixels per image for image input).
+    input_shape_ : tuple
+        Shape of one training row (``(n_features,)``, ``(H, W)`` or ``(C, H, W)``).
+
+    See Also
+    --------
+    DPMomentumRegressor : the same engine for regression.
+    skdp.DPFisherClassifier : Fisher's discriminant from noisy statistics (no SGD).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_digits
+    >>> X, y = load_digits(return_X_y=True)
+    >>> clf = DPMomentumClassifier(epsilon=1.0, classes=range(10), random_state=0)
+    >>> clf.fit(X / 16, y).epsilon_ <= 1.0
+    True
+    """
+
+    _parameter_constraints = {**_DPMomentum._parameter_constraints, "classes": [None, "array-like"]}
+
+    def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
+                 noise_multiplier=None, momentum=0.9, lr=0.1, max_epochs=20, batch_size="auto",
+                 accounting="rdp", clipping="auto", classes=None, image_shape=None, ledger=None,
+                 device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
+        self.module = module
+        self.epsilon = epsilon
+        self.delta = delta
+        self.max_grad_norm = max_grad_norm
+        self.noise_multiplier = noise_multiplier
+        self.momentum = momentum
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.accounting = accounting
+        self.clipping = clipping
+        self.classes = classes
+        self.image_shape = image_shape
+        self.ledger = ledger
+        self.device = device
+        self.callbacks = callbacks
+        self.verbose = verbose
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self._store_net_kwargs(kwargs)
+
+    def _criterion(self):
+        return torch.nn.CrossEntropyLoss
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Train on private ``(X, y)``; spends at most (``epsilon``, ``delta``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images (n_samples, [C,] H, W)
+            Private features, scaled by a public range (not by the data's own min/max).
+        y : array-like of shape (n_samples,)
+            Private labels, all in ``classes``.
+        sample_weight : None
+            Not supported: raises ``ValueError`` (see the message for why).
+
+        Returns
+        -------
+        self : DPMomentumClassifier
+            The fitted classifier.
+        """
+        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=False,
+                             y_numeric=False, ensure_min_samples=1)
+        if not (self.warm_start and hasattr(self, "net_")):
+            self.classes_ = None
+        self.classes_, y_enc = encode_labels(self.classes if self.classes_ is None else self.classes_, y,
+                                             type(self).__name__)
+        self._read_from_data = ["classes"] if self.classes is None else []
+        return self._fit(X, y_enc, len(self.classes_), self._read_from_data, sample_weight)
+
+    def partial_fit(self, X, y, classes=None):
+        """One more epoch on ``(X, y)``, charged to the accountant and the ledger.
+
+        The first call fits (``classes`` or the ``classes`` parameter gives the
+        label set); later calls continue the same network.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images
+            Private features.
+        y : array-like of shape (n_samples,)
+            Private labels.
+        classes : array-like or None, default=None
+            The public label set, for the first call (as scikit-learn's ``partial_fit``).
+
+        Returns
+        -------
+        self : DPMomentumClassifier
+        """
+        first = not hasattr(self, "net_")
+        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, reset=first, ensure_min_samples=1)
+        if first:
+            label_set = self.classes if classes is None else classes
+            self.classes_, y_enc = encode_labels(label_set, y, type(self).__name__)
+            self._read_from_data = [] if label_set is not None else ["classes"]
+        else:
+            _, y_enc = encode_labels(self.classes_, y, type(self).__name__)
+        return self._fit(X, y_enc, len(self.classes_), self._read_from_data, epochs=1, continuing=not first)
+
+    def decision_function(self, X):
+        """Class logits (post-processing of the private model).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
+        """
+        logits = self._forward(X).cpu().numpy()
+        return logits[:, 1] - logits[:, 0] if len(self.classes_) == 2 else logits
+
+    def predict_proba(self, X):
+        """Class probabilities (softmax of the logits).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+        """
+        return torch.softmax(self._forward(X), dim=1).cpu().numpy()
+
+    def torch_predict_proba(self, x):
+        """Differentiable ``predict_proba`` of a float tensor (for white-box attacks such as MI-Face)."""
+        return torch.softmax(self._torch_forward(x), dim=1)
+
+    def predict(self, X):
+        """The most probable class of each row.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,)
+        """
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+@fill_dp_docs
+class DPMomentumRegressor(RegressorMixin, _DPMomentum):
+    """Regressor trained with differentially private SGD with momentum.
+
+    The same engine, lots, clipping, noise and accounting as
+    :class:`DPMomentumClassifier`, with a squared-error or Huber loss. Scale
+    the targets by a public range (e.g. to [-1, 1]): clipping bounds each
+    record's gradient, so very large targets mostly get clipped.
+
+    Parameters
+    ----------
+    module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
+        "linear" is linear regression; constructor arguments go in ``module__*``.
+    loss : {"squared_error", "huber"}, default="squared_error"
+        Per-example loss, averaged over the outputs.
+    huber_delta : float, default=1.0
+        Where the Huber loss turns from quadratic to linear.
+    {dp:epsilon}
+    {dp:delta}
+    {dp:max_grad_norm}
+    {dp:noise_multiplier}
+    momentum : float, default=0.9
+        Momentum of SGD (post-processing of the noisy gradients).
+    {dp:lr=0.05}
+    {dp:max_epochs}
+    {dp:batch_size}
+    {dp:accounting}
+    {dp:clipping}
+    image_shape : tuple (H, W) or None, default=None
+        Image size of flat input for ``module="cnn"``.
+    {dp:ledger}
+    {dp:device}
+    {dp:callbacks}
+    {dp:verbose}
+    warm_start : bool, default=False
+        True: a new ``fit`` continues training the fitted network; its spend
+        adds to the accountant and the ledger.
+    {dp:random_state}
+    {dp:kwargs}
+
+    Attributes
+    ----------
+    n_outputs_ : int
+        Number of targets.
+    {dp:attributes}
+    net_ : skdp.nn.DPNet
+        The fitted skorch net.
+    n_features_in_ : int
+        Features per row (pixels per image for image input).
+    input_shape_ : tuple
+        Shape of one training row.
+
+    See Also
+    --------
+    DPMomentumClassifier : the same engine for classification.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-1, 1, (2000, 3)); y = X @ [0.5, -0.3, 0.2]
+    >>> reg = DPMomentumRegressor(epsilon=2.0, random_state=0).fit(X, y)
+    >>> bool(reg.score(X, y) > 0.5), reg.epsilon_ <= 2.0
+    (True, True)
+    """
+
+    _parameter_constraints = {
+        **_DPMomentum._parameter_constraints,
+        "loss": [StrOptions({"squared_error", "huber"})],
+        "huber_delta": [Interval(numbers.Real, 0, None, closed="neither")],
+    }
+
+    def __init__(self, module="linear", *, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
+                 max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr=0.05, max_epochs=20,
+                 batch_size="auto", accounting="rdp", clipping="auto", image_shape=None, ledger=None,
+                 device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
+        self.module = module
+        self.loss = loss
+        self.huber_delta = huber_delta
+        self.epsilon = epsilon
+        self.delta = delta
+        self.max_grad_norm = max_grad_norm
+        self.noise_multiplier = noise_multiplier
+        self.momentum = momentum
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.accounting = accounting
+        self.clipping = clipping
+        self.image_shape = image_shape
+        self.ledger = ledger
+        self.device = device
+        self.callbacks = callbacks
+        self.verbose = verbose
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self._store_net_kwargs(kwargs)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.regressor_tags.poor_score = True  # noise costs accuracy on the checks' tiny data
+        return tags
+
+    def _criterion(self):
+        return PerExampleRegressionLoss
+
+    def _net_kwargs(self):
+        kwargs = super()._net_kwargs()
+        kwargs.setdefault("criterion__loss", self.loss)
+        kwargs.setdefault("criterion__huber_delta", self.huber_delta)
+        return kwargs
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Train on private ``(X, y)``; spends at most (``epsilon``, ``delta``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images (n_samples, [C,] H, W)
+            Private features, scaled by a public range.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Private targets, scaled by a public range.
+        sample_weight : None
+            Not supported: raises ``ValueError`` (see the message for why).
+
+        Returns
+        -------
+        self : DPMomentumRegressor
+            The fitted regressor.
+        """
+        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=True, y_numeric=True,
+                             ensure_min_samples=1)
+        y = np.asarray(y, dtype=np.float32)
+        self._y_ndim = y.ndim
+        y2 = y.reshape(len(y), -1)
+        self.n_outputs_ = y2.shape[1]
+        return self._fit(X, y2, self.n_outputs_, [], sample_weight)
+
+    def predict(self, X):
+        """Predicted targets (post-processing of the private model).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features) or images
+
+        Returns
+        -------
+        y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        """
+        out = self._forward(X).cpu().numpy()
+        return out[:, 0] if self._y_ndim == 1 else out
