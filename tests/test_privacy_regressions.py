@@ -47,7 +47,8 @@ def test_finding_01_fixed_seed_does_not_recover_a_record():
     lambda: DPFisherClassifier(epsilon=1.0, bounds=(-20, 20), classes=[0, 1], random_state=7),
     lambda: DPFisherSelector(2, epsilon=1.0, bounds=(-20, 20), classes=[0, 1], random_state=7),
     lambda: DPMomentumClassifier(max_epochs=2, classes=[0, 1], random_state=7),
-    lambda: PGEGenerator(module="gaussian", max_epochs=1, bounds=(-20, 20), classes=[0, 1], random_state=7),
+    lambda: PGEGenerator(module="gaussian", epsilon=100, max_epochs=1, bounds=(-20, 20), classes=[0, 1],
+                         random_state=7),
 ], ids=["fisher", "selector", "dpsgd", "pge"])
 def test_finding_01_same_seed_gives_fresh_noise(make):
     def released(est):

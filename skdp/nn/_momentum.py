@@ -74,6 +74,9 @@ class _DPMomentum(DPSGDEstimator):
         _check_feature_names(self, X, reset=False)
         X = check_array(X, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
         if X.shape[1:] != self.input_shape_:
+            if X.ndim == 2 and len(self.input_shape_) == 1:  # sklearn's wording for tables
+                raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                                 f"{self.n_features_in_} features as input.")
             raise ValueError(
                 f"X has rows of shape {X.shape[1:]}, but {type(self).__name__} was fitted on rows of shape "
                 f"{self.input_shape_}; pass data shaped like the training data.")

@@ -242,8 +242,8 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
                                else FrozenFeatures(self.feature_extractor, self.device)),
             batch_size=min(self.batch_size, n_samples),
             **self._dp_net_kwargs(max_epochs=self.pretrain_epochs + self.gan_epochs,
-                                  **({} if private and self.epsilon is not None else {"epsilon": math.inf}),
-                                  **({} if private else public)))
+                                  **{**({"epsilon": math.inf} if self.epsilon is None else {}),
+                                     **({} if private else public)}))
 
     # -- transform ---------------------------------------------------------------------------
     def transform(self, X):
