@@ -4,7 +4,7 @@ from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .generative import PGEGenerator, TrainOnSynthetic
 from .superres import SRGANTransformer
-from .exceptions import BudgetExceededError, DPCompatibilityWarning, LedgerDetachedError, PrivacyLeakWarning
+from .exceptions import BudgetExceededError, LedgerDetachedError, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
                       privacy_spent, search_privacy_cost)
 from .utils.random import insecure_noise_seed
@@ -23,7 +23,6 @@ __all__ = [
     "SRGANTransformer",
     "BudgetExceededError",
     "LedgerDetachedError",
-    "DPCompatibilityWarning",
     "PrivacyLeakWarning",
     "BudgetLedger",
     "PrivacyAccountant",

@@ -1,4 +1,11 @@
-"""Warnings and errors that carry privacy meaning."""
+"""skdp's warnings and errors, in one home.
+
+``warn_privacy`` issues a ``PrivacyLeakWarning`` that points at the user's
+line: the first frame outside skdp and the libraries it calls through
+(scikit-learn, skorch, joblib, torch), whatever the call depth.
+"""
+import sys
+import warnings
 
 
 class PrivacyLeakWarning(RuntimeWarning):
@@ -8,10 +15,6 @@ class PrivacyLeakWarning(RuntimeWarning):
     ``delta >= 1 / n_samples``, when noise is switched off (``epsilon=inf``) or
     when a method from a paper is run in its uncertified, faithful form.
     """
-
-
-class DPCompatibilityWarning(RuntimeWarning):
-    """A scikit-learn option was ignored because it would break the DP guarantee."""
 
 
 class BudgetExceededError(ValueError):
@@ -26,3 +29,27 @@ class LedgerDetachedError(RuntimeError):
     a detached, read-only snapshot: spends recorded there would never reach the
     original ledger, so they are refused instead of being silently lost.
     """
+
+
+class UnsupportedModelError(TypeError):
+    """The hooks cannot clip this model exactly (``clipping="auto"`` then uses torch.func)."""
+
+
+class UnsupportedModuleError(TypeError):
+    """A module breaks per-example sensitivity (mixes examples or stores data); no clipping can fix it."""
+
+
+class TorchUnavailableError(TypeError):
+    """A step of the model has no torch path; use the black-box attack."""
+
+
+# Frames of these packages are skipped: the warning points at the code that called into them.
+_INTERNAL_PACKAGES = frozenset({"skdp", "sklearn", "skorch", "joblib", "torch", "contextlib", "warnings"})
+
+
+def warn_privacy(message, category=PrivacyLeakWarning):
+    """Warn with ``category`` at the first frame of the caller's own code."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2 is the caller of warn_privacy
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_PACKAGES:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -8,7 +8,6 @@ with ``noise_multiplier=0`` and ``expected_batch_size=1``.
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn

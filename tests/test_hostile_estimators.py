@@ -93,3 +93,16 @@ def test_ledger_entries_name_the_estimator():
     ledger = BudgetLedger(epsilon=10)
     DPMomentumClassifier(max_epochs=1, classes=[0, 1], ledger=ledger).fit(X, Y)
     assert ledger.entries[0][2].startswith("DPMomentumClassifier:")
+
+
+def test_privacy_warning_points_at_the_callers_line():
+    with pytest.warns(PrivacyLeakWarning) as record:
+        DPMomentumClassifier(max_epochs=1, epsilon=float("inf"), classes=[0, 1]).fit(X, Y)
+    assert any(w.filename == __file__ for w in record)
+
+
+def test_progress_goes_to_the_skdp_logger_when_one_is_configured(caplog, capsys):
+    import logging
+    with caplog.at_level(logging.INFO, logger="skdp"):
+        DPMomentumClassifier(max_epochs=1, classes=[0, 1], verbose=1).fit(X, Y)
+    assert "epsilon" in caplog.text and "epsilon" not in capsys.readouterr().out

@@ -130,9 +130,11 @@ def test_history_keeps_no_per_lot_private_values_and_pickles_clean():
         assert all(batch == {} for batch in row["batches"])
 
 
-def test_verbose_log_still_shows_the_curator_the_loss(capsys):
-    DPMomentumClassifier(max_epochs=1, classes=[0, 1], verbose=1).fit(XS, Y)
-    out = capsys.readouterr().out
+def test_verbose_log_still_shows_the_curator_the_loss(capsys, caplog):
+    import logging
+    with caplog.at_level(logging.INFO, logger="skdp"):
+        DPMomentumClassifier(max_epochs=1, classes=[0, 1], verbose=1).fit(XS, Y)
+    out = capsys.readouterr().out + caplog.text  # stdout without a logging set-up, the log with one
     assert "train_loss" in out and "epsilon" in out
 
 

@@ -33,12 +33,9 @@ import math
 
 import torch
 
+from ..exceptions import UnsupportedModelError
 from .layers import RULE_PARAMS, rule_for, uncovered_params
 from .validators import buffer_versions, check_buffers_unchanged, check_dp_compatible
-
-
-class UnsupportedModelError(TypeError):
-    """The hooks cannot clip this model exactly (``clipping="auto"`` then uses torch.func)."""
 
 
 _FIX = "use clipping='vmap' (or 'auto', which falls back to it)"

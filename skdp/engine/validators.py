@@ -20,9 +20,7 @@ update buffers in the forward are caught at run time by
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
-
-class UnsupportedModuleError(TypeError):
-    """A module breaks per-example sensitivity (mixes examples or stores data); no clipping can fix it."""
+from ..exceptions import UnsupportedModuleError
 
 
 VALIDATORS = {}

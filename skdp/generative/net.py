@@ -82,11 +82,6 @@ class PGENet(DPNet):
         weight = S ** getattr(self.module_, "sigma_weight_power", 2)
         return weight * (trace / V.shape[1] + 0.5 * (value ** 2).sum(dim=1))
 
-    def score(self, X, Y, sigma):
-        """The learned score at noise level ``sigma`` (no gradient tracking)."""
-        with torch.no_grad():
-            S = torch.full((X.shape[0],), float(sigma), device=X.device)
-            return self.module_(X, Y, S)
 
 
 def harmonic_square_levels(sigma_min, n_levels):

@@ -10,12 +10,13 @@ from sklearn.base import _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import PrivacyLeakWarning, warn_privacy
 from ..privacy.ledger import charge
 from ..utils.bounds import resolve_bounds
 from ..nn._estimator import DPSGDEstimator, fill_dp_docs
 from ..nn.net import check_device
 from ..privacy import set_privacy_attributes
+from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from .hmc import hmc_sample
@@ -203,10 +204,9 @@ class PGEGenerator(DPSGDEstimator):
         self.net_.check_runnable(sigma, q * X.shape[0])
         self._fit_prior(codes, mechanism_rng(self), certified)
         if not certified:
-            warnings.warn(
-                "PGEGenerator(mechanism='randomized_response') perturbs only the Gaussian projection "
+            warn_privacy("PGEGenerator(mechanism='randomized_response') perturbs only the Gaussian projection "
                 "vectors, which do not depend on the data; it certifies NOTHING. epsilon_ repeats the "
-                "paper's claim.", PrivacyLeakWarning, stacklevel=2)
+                "paper's claim.")
         with warnings.catch_warnings():
             if not certified:  # the no-noise warning of the engine is the one just given
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
@@ -358,6 +358,6 @@ class PGEGenerator(DPSGDEstimator):
 
 def _progress(start):
     def report(m, M, sigma, rate):
-        print(f"sampling: level {m}/{M} sigma={sigma:.4f} acceptance={rate:.2f} "
-              f"({time.perf_counter() - start:.1f}s)", flush=True)
+        progress(f"sampling: level {m}/{M} sigma={sigma:.4f} acceptance={rate:.2f} "
+                 f"({time.perf_counter() - start:.1f}s)")
     return report

@@ -1,6 +1,5 @@
 """Train on synthetic data: fit a private generator, fit any classifier on its samples."""
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone, _fit_context
@@ -8,7 +7,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 from ..utils.random import make_rng
 
 
@@ -65,11 +64,9 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     def fit(self, X, y):
         X, y = validate_data(self, X, y, ensure_min_samples=2)
         if hasattr(self.generator, "epsilon_") and type(self.generator).__name__ != "FrozenEstimator":
-            warnings.warn(
-                f"TrainOnSynthetic refits a clone of the fitted {type(self.generator).__name__}: that spends "
+            warn_privacy(f"TrainOnSynthetic refits a clone of the fitted {type(self.generator).__name__}: that spends "
                 f"epsilon={self.generator.epsilon_:.4g} again. Wrap the fitted generator in "
-                "sklearn.frozen.FrozenEstimator to sample from it without refitting.",
-                PrivacyLeakWarning, stacklevel=2)
+                "sklearn.frozen.FrozenEstimator to sample from it without refitting.")
         self.generator_ = clone(self.generator).fit(X, y)
         rng = make_rng(self.random_state)
         classes, prior = self.generator_.classes_, self.generator_.class_prior_

@@ -27,7 +27,6 @@ never stored on the net.
 """
 import copy
 import math
-import warnings
 
 import numpy as np
 import torch
@@ -38,8 +37,9 @@ from skorch.utils import to_tensor
 from torch.utils.data import default_collate
 
 from ..engine import DPSGDEngine, PoissonBatchSampler
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
+from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from .init import init_parameters
 
@@ -96,6 +96,10 @@ class CuratorPrintLog(PrintLog):
     The losses are put in the history row only while the row is printed, and
     taken out again: no callback, pickle or fitted attribute keeps them.
     """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("sink", progress)
+        super().__init__(*args, **kwargs)
 
     def on_epoch_end(self, net, **kwargs):
         row = net.history[-1]
@@ -324,12 +328,12 @@ class DPNet(NeuralNet):
         epochs = self.max_epochs if epochs is None else epochs
         n_samples = get_len(X) if not isinstance(X, torch.utils.data.Dataset) else len(X)
         if self.train_split is not None:
-            warnings.warn("DPNet with train_split uses a split of the private data for validation "
-                          "without privacy accounting.", PrivacyLeakWarning)
+            warn_privacy("DPNet with train_split uses a split of the private data for validation "
+                          "without privacy accounting.")
         sample_rate, n_batches, sigma, projected = self.plan_privacy(n_samples, epochs)
         if sigma == 0:
-            warnings.warn("Training with clipping and no noise (epsilon=inf): the model is NOT "
-                          "differentially private.", PrivacyLeakWarning)
+            warn_privacy("Training with clipping and no noise (epsilon=inf): the model is NOT "
+                          "differentially private.")
         self.check_runnable(sigma, sample_rate * n_samples)
         self.sample_rate_, self.n_batches_, self.noise_multiplier_ = sample_rate, n_batches, sigma
         # Lots and noise: fresh entropy for this fit, dropped when it ends (never pickled).

@@ -22,12 +22,11 @@ never read or reseeded.
 import contextlib
 import numbers
 import threading
-import warnings
 
 import numpy as np
 import torch
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 
 _STATE = threading.local()
 
@@ -104,10 +103,8 @@ def mechanism_rng(owner=None):
         owner.noise_seeded_ = seed is not None
     if seed is None:
         return np.random.default_rng()
-    warnings.warn(
-        f"{type(owner).__name__ if owner is not None else 'mechanism'}: noise is seeded by "
-        "insecure_noise_seed: reproducible, NOT differentially private (privacy_certified_=False).",
-        PrivacyLeakWarning, stacklevel=3)
+    warn_privacy(f"{type(owner).__name__ if owner is not None else 'mechanism'}: noise is seeded by "
+        "insecure_noise_seed: reproducible, NOT differentially private (privacy_certified_=False).")
     return np.random.default_rng(seed)
 
 

@@ -1,0 +1,19 @@
+"""Progress output through ``logging`` (logger ``"skdp"``), visible by default.
+
+Long work reports through the ``"skdp"`` logger at INFO, so applications can
+route, silence or timestamp it as they do for any library. When neither that
+logger nor the root logger has a handler (a plain script or a notebook), the
+message is printed to the current ``sys.stdout``, as ``verbose=1`` promises.
+"""
+import logging
+import sys
+
+logger = logging.getLogger("skdp")
+
+
+def progress(message):
+    """Report ``message`` (a log line or a table row of the training log)."""
+    if logger.hasHandlers():
+        logger.info(message)
+    else:
+        print(message, file=sys.stdout, flush=True)
