@@ -13,7 +13,7 @@ logger = logging.getLogger("skdp")
 
 def progress(message):
     """Report ``message`` (a log line or a table row of the training log)."""
-    if logger.hasHandlers():
+    if logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
         logger.info(message)
     else:
         print(message, file=sys.stdout, flush=True)
