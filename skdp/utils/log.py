@@ -1,8 +1,8 @@
 """Progress output through ``logging`` (logger ``"skdp"``), visible by default.
 
 Long work reports through the ``"skdp"`` logger at INFO, so applications can
-route, silence or timestamp it as they do for any library. When neither that
-logger nor the root logger has a handler (a plain script or a notebook), the
+route or timestamp it as they do for any library. When logging would drop it
+(no handler, as in a plain script or a notebook, or a level above INFO), the
 message is printed to the current ``sys.stdout``, as ``verbose=1`` promises.
 """
 import logging
