@@ -50,7 +50,7 @@ RELEASED_HISTORY_KEYS = frozenset({"epoch", "dur", "epsilon", "batches"})
 PRIVATE_CALLBACK_ARGS = frozenset({"X", "y", "batch", "dataset_train", "dataset_valid", "loss", "y_pred"})
 
 
-def check_device(device):
+def check_device(device) -> None:
     """Refuse a device that cannot train (unknown, unavailable or ``meta``), naming it."""
     try:
         dev = torch.device(device)
@@ -62,7 +62,8 @@ def check_device(device):
                          "use 'cpu' or 'cuda'.")
 
 
-def plan_dpsgd(n_samples, batch_size, epochs, epsilon, delta, noise_multiplier=None, accounting="rdp"):
+def plan_dpsgd(n_samples: int, batch_size: int, epochs: int, epsilon: float, delta: float,
+               noise_multiplier: float | None = None, accounting: str = "rdp") -> tuple[float, int, float, float]:
     """The privacy plan of a DP-SGD fit, from public quantities only (no data is touched).
 
     Returns ``(sample_rate, lots_per_epoch, noise_multiplier, epsilon)``: the

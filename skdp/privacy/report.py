@@ -12,11 +12,13 @@ After ``fit`` every skdp estimator that touches private data reports
 - ``privacy_notes_``: why not, when it is False (empty when certified).
 """
 import math
+from typing import Iterable
 
 from ..utils.steps import nested_estimators, pipeline_steps
 
 
-def set_privacy_attributes(estimator, epsilon, delta, *, certified=True, read_from_data=()):
+def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
+                           read_from_data: Iterable[str] = ()):
     """Set ``epsilon_``, ``delta_``, ``privacy_certified_`` and ``privacy_notes_`` on a fitted estimator.
 
     Parameters
@@ -46,7 +48,7 @@ def set_privacy_attributes(estimator, epsilon, delta, *, certified=True, read_fr
     return estimator
 
 
-def privacy_spent(estimator):
+def privacy_spent(estimator) -> tuple[float, float, bool]:
     """``(epsilon, delta, certified)`` of a fitted estimator or Pipeline, by basic composition.
 
     Sums ``epsilon_`` and ``delta_`` over the Pipeline's steps (FrozenEstimator

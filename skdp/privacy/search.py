@@ -6,7 +6,7 @@ from sklearn.base import clone
 from .report import dp_steps
 
 
-def planned_spend(estimator, n_samples=None):
+def planned_spend(estimator, n_samples: int | None = None) -> tuple[float, float]:
     """``(epsilon, delta)`` that fitting ``estimator`` (unfitted; any nesting) on ``n_samples`` records spends.
 
     Every estimator in the tree that has an ``epsilon`` parameter is counted
@@ -42,7 +42,7 @@ def _fold_train_sizes(n_samples, n_splits):
     return range(max(2, lo - n_splits), min(n_samples, hi + n_splits) + 1)
 
 
-def search_privacy_cost(search, n_samples=None):
+def search_privacy_cost(search, n_samples: int | None = None) -> tuple[float, float]:
     """Total (epsilon, delta) of a fitted ``GridSearchCV`` / ``RandomizedSearchCV`` by basic composition.
 
     Every candidate is fitted ``n_splits_`` times, and the best is refitted on

@@ -31,7 +31,7 @@ from ..exceptions import warn_privacy
 _STATE = threading.local()
 
 
-def make_rng(random_state):
+def make_rng(random_state) -> np.random.Generator:
     """Return a ``numpy.random.Generator`` for ``random_state`` (non-mechanism randomness only).
 
     ``None`` -> seeded from OS entropy; int -> deterministic; a ``Generator``
@@ -54,7 +54,7 @@ def make_rng(random_state):
 
 
 @contextlib.contextmanager
-def insecure_noise_seed(seed):
+def insecure_noise_seed(seed: int):
     """Make mechanism noise reproducible inside the block: for experiments only, NOT private.
 
     Every fit inside the block draws its noise, lots and other mechanism
@@ -86,12 +86,12 @@ def insecure_noise_seed(seed):
         _STATE.seed = previous
 
 
-def noise_is_seeded():
+def noise_is_seeded() -> bool:
     """Whether an :func:`insecure_noise_seed` block is active in this thread."""
     return getattr(_STATE, "seed", None) is not None
 
 
-def mechanism_rng(owner=None):
+def mechanism_rng(owner=None) -> np.random.Generator:
     """A fresh ``numpy.random.Generator`` for a mechanism's randomness.
 
     OS entropy, unless inside :func:`insecure_noise_seed`. With ``owner`` (the
@@ -108,7 +108,7 @@ def mechanism_rng(owner=None):
     return np.random.default_rng(seed)
 
 
-def torch_generator(rng, device="cpu"):
+def torch_generator(rng: np.random.Generator, device="cpu") -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded from the numpy generator ``rng``."""
     gen = torch.Generator(device=device)
     gen.manual_seed(int(rng.integers(0, 2**63 - 1)))
