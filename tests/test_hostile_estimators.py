@@ -106,3 +106,11 @@ def test_progress_goes_to_the_skdp_logger_when_one_is_configured(caplog, capsys)
     with caplog.at_level(logging.INFO, logger="skdp"):
         DPMomentumClassifier(max_epochs=1, classes=[0, 1], verbose=1).fit(X, Y)
     assert "epsilon" in caplog.text and "epsilon" not in capsys.readouterr().out
+
+
+def test_pge_sample_returns_a_dataframe_with_the_fitted_columns():
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    gen = PGEGenerator(module="gaussian", max_epochs=1, bounds=(-5, 5), classes=[0, 1]).fit(frame, Y)
+    Xs, ys = gen.sample(10, random_state=0)
+    assert list(Xs.columns) == ["a", "b", "c", "d"] and len(ys) == 10

@@ -302,8 +302,22 @@ class PGEGenerator(DPSGDEstimator):
     def sample(self, n_samples, y=None, random_state=None):
         """Draw ``n_samples`` records (post-processing: spends no privacy).
 
-        Returns ``X``, or ``(X, y)`` for a class-conditional model; labels are
-        drawn from ``class_prior_`` unless ``y`` is given.
+        Parameters
+        ----------
+        n_samples : int
+            Number of records to draw.
+        y : array-like of shape (n_samples,) or None, default=None
+            Labels to condition on (class-conditional model); None draws them
+            from ``class_prior_``.
+        random_state : int, Generator or None, default=None
+            Seeds the sampler (the model is already released: no privacy rests on it).
+
+        Returns
+        -------
+        X : ndarray or DataFrame of shape (n_samples, n_features)
+            A DataFrame with the fitted columns when the model was fitted on one.
+        y : ndarray or Series of shape (n_samples,)
+            The labels, for a class-conditional model only.
         """
         check_is_fitted(self)
         if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) or n_samples <= 0:
@@ -334,6 +348,10 @@ class PGEGenerator(DPSGDEstimator):
         self.acceptance_rates_ = np.mean(self.acceptance_rates_, axis=0)
         Z = torch.cat(chunks)
         X = self._unscale(Z.cpu().numpy().astype(np.float64))
+        if hasattr(self, "feature_names_in_"):  # fitted on a DataFrame: give one back, same columns
+            import pandas as pd
+            X = pd.DataFrame(X, columns=self.feature_names_in_)
+            labels = None if labels is None else pd.Series(labels, name="y")
         return X if labels is None else (X, labels)
 
     def _sample_labels(self, n_samples, y, rng):
