@@ -110,7 +110,9 @@ def test_noise_costs_sample_quality():
         gen = PGEGenerator(module="gaussian", epsilon=0.05, bounds=(-2, 2), classes=[0, 1], max_epochs=30,
                            lr=3e-2, random_state=0).fit(X, y)
         Xs, ys = gen.sample(400, random_state=0)
-        gaps.append(Xs[ys == 1].mean() - Xs[ys == 0].mean())
+        # Noisy class counts may leave one class out of the sample altogether: no separation at all.
+        both = (ys == 1).any() and (ys == 0).any()
+        gaps.append(Xs[ys == 1].mean() - Xs[ys == 0].mean() if both else 0.0)
     assert np.median(gaps) < 1.5  # the certified fit at epsilon = 5 separates them by about 2
 
 

@@ -98,9 +98,10 @@ class CuratorPrintLog(PrintLog):
     taken out again: no callback, pickle or fitted attribute keeps them.
     """
 
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("sink", progress)
-        super().__init__(*args, **kwargs)
+    def _sink(self, text, verbose):
+        # skorch prints only with verbose; a sink other than print would get every row.
+        if verbose:
+            progress(text)
 
     def on_epoch_end(self, net, **kwargs):
         row = net.history[-1]
@@ -337,8 +338,13 @@ class DPNet(NeuralNet):
                           "differentially private.")
         self.check_runnable(sigma, sample_rate * n_samples)
         self.sample_rate_, self.n_batches_, self.noise_multiplier_ = sample_rate, n_batches, sigma
-        # Lots and noise: fresh entropy for this fit, dropped when it ends (never pickled).
-        self._lot_rng = mechanism_rng(self)
+        # Lots and noise: fresh entropy for this fit, dropped when it ends (never pickled). Without
+        # noise nothing is private (public data, or a debugging fit that warned): random_state may
+        # then make the lots reproducible too.
+        if sigma > 0:
+            self._lot_rng = mechanism_rng(self)
+        else:
+            self._lot_rng, self.noise_seeded_ = self.rng_, False
         self._private_log = {}
         engines = []
         try:
