@@ -60,10 +60,8 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     ledger : BudgetLedger or None, default=None
         Charged for the selection in ``fit`` and for the release in ``fit_transform``.
     random_state : int, Generator or None, default=None
-        Accepted for scikit-learn compatibility; it does not seed the noise.
-        Mechanism randomness is always fresh OS entropy, so that nobody holding
-        the fitted estimator can replay it (see :func:`skdp.insecure_noise_seed`
-        for reproducible, non-private experiments).
+        Accepted for scikit-learn compatibility; the noise is always fresh OS
+        entropy (see :func:`skdp.insecure_noise_seed` for experiments).
 
     Attributes
     ----------

@@ -153,34 +153,7 @@ class PGEGenerator(DPSGDEstimator):
                  batch_size="auto", lr=3e-3, max_grad_norm=1.0, noise_multiplier=None, accounting="rdp",
                  bounds=None, classes=None, image_shape=None, n_leapfrog=10, n_repeats=5, step_size=None,
                  acceptance="hmc", ledger=None, device="cpu", verbose=0, random_state=None):
-        self.module = module
-        self.mechanism = mechanism
-        self.epsilon = epsilon
-        self.delta = delta
-        self.k = k
-        self.n_projections = n_projections
-        self.residual = residual
-        self.hidden_size = hidden_size
-        self.n_blocks = n_blocks
-        self.sigma_min = sigma_min
-        self.n_levels = n_levels
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.max_grad_norm = max_grad_norm
-        self.noise_multiplier = noise_multiplier
-        self.accounting = accounting
-        self.bounds = bounds
-        self.classes = classes
-        self.image_shape = image_shape
-        self.n_leapfrog = n_leapfrog
-        self.n_repeats = n_repeats
-        self.step_size = step_size
-        self.acceptance = acceptance
-        self.ledger = ledger
-        self.device = device
-        self.verbose = verbose
-        self.random_state = random_state
+        self._set_init_params(locals())
 
     # -- fit ---------------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)

@@ -133,6 +133,16 @@ class DPSGDEstimator(BaseEstimator):
     build their net with ``**self._dp_net_kwargs()``.
     """
 
+    def _set_init_params(self, params):
+        """Store ``__init__``'s arguments unchanged (``params`` is its ``locals()``), extra ones included.
+
+        One line instead of one assignment per parameter; scikit-learn's rule
+        holds: every argument becomes the attribute of the same name, as given.
+        """
+        params = {k: v for k, v in params.items() if k not in ("self", "__class__", "kwargs")}
+        for name, value in params.items():
+            setattr(self, name, value)
+
     # -- skorch-style passthrough parameters ------------------------------------------------
     def _store_net_kwargs(self, kwargs):
         # Stored as given (scikit-learn validates in fit, never in __init__).

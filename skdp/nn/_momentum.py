@@ -212,25 +212,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
                  noise_multiplier=None, momentum=0.9, lr=0.1, max_epochs=20, batch_size="auto",
                  accounting="rdp", clipping="auto", classes=None, image_shape=None, ledger=None,
                  device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
-        self.module = module
-        self.epsilon = epsilon
-        self.delta = delta
-        self.max_grad_norm = max_grad_norm
-        self.noise_multiplier = noise_multiplier
-        self.momentum = momentum
-        self.lr = lr
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.accounting = accounting
-        self.clipping = clipping
-        self.classes = classes
-        self.image_shape = image_shape
-        self.ledger = ledger
-        self.device = device
-        self.callbacks = callbacks
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.random_state = random_state
+        self._set_init_params(locals())
         self._store_net_kwargs(kwargs)
 
     def _criterion(self):
@@ -414,26 +396,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr=0.05, max_epochs=20,
                  batch_size="auto", accounting="rdp", clipping="auto", image_shape=None, ledger=None,
                  device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
-        self.module = module
-        self.loss = loss
-        self.huber_delta = huber_delta
-        self.epsilon = epsilon
-        self.delta = delta
-        self.max_grad_norm = max_grad_norm
-        self.noise_multiplier = noise_multiplier
-        self.momentum = momentum
-        self.lr = lr
-        self.max_epochs = max_epochs
-        self.batch_size = batch_size
-        self.accounting = accounting
-        self.clipping = clipping
-        self.image_shape = image_shape
-        self.ledger = ledger
-        self.device = device
-        self.callbacks = callbacks
-        self.verbose = verbose
-        self.warm_start = warm_start
-        self.random_state = random_state
+        self._set_init_params(locals())
         self._store_net_kwargs(kwargs)
 
     def __sklearn_tags__(self):

@@ -144,29 +144,7 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
                  lr=1e-3, gan_lr=None, adversarial_weight=1e-3, feature_extractor=None, epsilon=None, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", ledger=None, device="cpu",
                  verbose=0, random_state=None):
-        self.scale = scale
-        self.n_residual_blocks = n_residual_blocks
-        self.n_filters = n_filters
-        self.discriminator_filters = discriminator_filters
-        self.norm = norm
-        self.image_shape = image_shape
-        self.degradation = degradation
-        self.pretrain_epochs = pretrain_epochs
-        self.gan_epochs = gan_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.gan_lr = gan_lr
-        self.adversarial_weight = adversarial_weight
-        self.feature_extractor = feature_extractor
-        self.epsilon = epsilon
-        self.delta = delta
-        self.max_grad_norm = max_grad_norm
-        self.noise_multiplier = noise_multiplier
-        self.accounting = accounting
-        self.ledger = ledger
-        self.device = device
-        self.verbose = verbose
-        self.random_state = random_state
+        self._set_init_params(locals())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
