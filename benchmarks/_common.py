@@ -12,7 +12,8 @@ SHARED_DATA = Path(os.environ.get("SKDP_DATA", Path(__file__).resolve().parents[
 
 def environment():
     return (f"{time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, torch {torch.__version__}, "
-            f"{os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}")
+            f"{os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}; fresh mechanism noise "
+            "in every fit (a seed fixes only the split and the initialisation)")
 
 
 def markdown_table(header, rows):
