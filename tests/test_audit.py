@@ -51,14 +51,12 @@ def _momentum_audit(epsilon):
     return quiet(one_run_audit, clf, X, y, Xc, yc, n_guesses=100, random_state=1)
 
 
-@pytest.mark.slow
 def test_momentum_classifier_audit_stays_below_its_claim():
     result = _momentum_audit(2.0)
     assert result.claimed_epsilon <= 2.0 and result.delta == 1e-5
     assert result.epsilon_lower_bound <= 2.0 and result.consistent
 
 
-@pytest.mark.slow
 def test_momentum_classifier_audit_catches_missing_noise():
     assert _momentum_audit(math.inf).epsilon_lower_bound >= 1.0
 

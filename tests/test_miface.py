@@ -99,6 +99,7 @@ def test_stopping_rules():
     assert capped.n_iter[0] == 7
 
 
+@pytest.mark.slow  # an attack (not a privacy guard): 20 s of SR training and inversion
 def test_through_a_frozen_super_resolution_step():
     X, y, protos = prototype_data(n_per_class=10)
     sr = SRGANTransformer(scale=2, n_filters=4, discriminator_filters=4, n_residual_blocks=1, pretrain_epochs=3,

@@ -235,17 +235,14 @@ def _pge_audit(**params):
     return quiet(one_run_audit, gen, X, y, Xc, yc, score=white_box, n_guesses=100, random_state=1)
 
 
-@pytest.mark.slow
 def test_pge_dpsgd_audit_stays_below_its_claim():
     assert _pge_audit(epsilon=1.0).epsilon_lower_bound <= 1.0
 
 
-@pytest.mark.slow
 def test_pge_dpsgd_audit_catches_missing_noise():
     assert _pge_audit(epsilon=math.inf).epsilon_lower_bound >= 1.0
 
 
-@pytest.mark.slow
 def test_pge_randomized_response_claim_is_refuted_by_the_audit():
     # The paper's mechanism at its claimed epsilon = 1: the audit proves far more leakage.
     result = _pge_audit(mechanism="randomized_response", epsilon=1.0)
