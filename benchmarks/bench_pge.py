@@ -92,8 +92,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--skip-mnist", action="store_true")
+    parser.add_argument("--fresh-check", action="store_true",
+                        help="only rerun the certified digits rows (eps 1, 10) with fresh noise over --seeds fits "
+                             "and write them as a section of pge.md")
     args = parser.parse_args()
     warnings.simplefilter("ignore", PrivacyLeakWarning)
+    if args.fresh_check:
+        return fresh_check(args.seeds)
     t_start = time.perf_counter()
     rows, curves, speed = [], {}, []
     for name, data, bounds, scale in datasets(args.skip_mnist):
@@ -180,6 +185,26 @@ def main():
             markdown_table(["data", "mechanism", "epsilon", "fit s", "sample s"], speed), "",
             "Plots: pge_accuracy_vs_epsilon.png; sample grids pge_samples_*.png.", ""]
     write_result("pge.md", "\n".join(text))
+
+
+def fresh_check(n_fits):
+    """The certified digits rows again, each fit with fresh mechanism noise (random_state seeds init only)."""
+    name, data, bounds, scale = datasets(True)[0]
+    rows = []
+    for eps in (1.0, 10.0):
+        accs = [evaluate(PGEGenerator(epsilon=eps, bounds=bounds, classes=range(10), random_state=i, **CERTIFIED),
+                         data, scale, i)[0] for i in range(n_fits)]
+        target = TARGETS.get((name, eps))
+        verdict = "" if target is None else f">= {target}: " + ("met" if np.mean(accs) >= target else "NOT met")
+        rows.append((name, "dpsgd", f"{eps:g}", f"{np.mean(accs):.3f} ± {np.std(accs):.3f}", n_fits, verdict))
+        print(rows[-1], flush=True)
+    marker = "## Fresh-noise check"
+    path = RESULTS / "pge.md"
+    text = path.read_text().split(marker)[0].rstrip() + "\n\n" + "\n".join([
+        marker, "", f"{environment()}. The table above ran once, before mechanism noise became fresh in every",
+        "fit (it then came from random_state). The certified digits rows again, over independent fits:", "",
+        markdown_table(["data", "mechanism", "epsilon", "accuracy (mean ± std)", "fits", "target"], rows), ""])
+    write_result("pge.md", text)
 
 
 if __name__ == "__main__":
