@@ -52,7 +52,19 @@ class _Resampler(TransformerMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Learn the input's image shape (nothing is learnt from the pixels)."""
+        """Learn the input's image shape (nothing is learnt from the pixels).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, C*H*W), (n, H, W) or (n, C, H, W)
+            Any numeric dtype (computed in float32); flat rows need ``image_shape``.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self
+        """
         X = validate_data(self, X, dtype=np.float32, allow_nd=True)
         shape = None if self.image_shape is None else normalize_image_shape(self.image_shape, type(self).__name__)
         self.image_shape_ = as_images(X, shape, type(self).__name__)[0].shape[1:]
@@ -60,6 +72,18 @@ class _Resampler(TransformerMixin, BaseEstimator):
         return self
 
     def transform(self, X):
+        """Resample ``X`` to ``output_shape_``, in the layout it came in.
+
+        Parameters
+        ----------
+        X : array-like, the layout and image shape seen in ``fit``
+            Any numeric dtype; it is converted to float32 (``uint8`` pixels
+            are not wrapped, ``float16`` is widened).
+
+        Returns
+        -------
+        ndarray of float32
+        """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float32, allow_nd=True, reset=False)
         images, layout = as_images(X, self.image_shape_, type(self).__name__)
@@ -80,6 +104,8 @@ class Downsample(_Resampler):
     Parameters
     ----------
     factor : int, default=8
+        Shrink factor of both height and width (sizes that do not divide are
+        not cropped; see the module docstring).
     method : {"area", "bicubic", "bilinear"}, default="area"
         "area" averages each output pixel's exact footprint (what a camera of
         lower resolution records); "bicubic" is antialiased bicubic (the
@@ -90,7 +116,9 @@ class Downsample(_Resampler):
     Attributes
     ----------
     image_shape_, output_shape_ : tuple (C, H, W)
+        Shape of one input image and of one output image.
     n_features_in_ : int
+        Features per input row (``C*H*W`` for flat input).
 
     Examples
     --------
@@ -121,11 +149,20 @@ class Upsample(_Resampler):
     Parameters
     ----------
     factor : int, default=8
+        Enlargement factor of both height and width.
     method : {"bicubic", "bilinear", "area"}, default="bicubic"
         "area" is nearest-neighbour replication here.
     output_size : (H, W) or None, default=None
         Exact output size (e.g. back to 112x92 from 14x11); overrides ``factor``.
     image_shape : (H, W) or (C, H, W) or None, default=None
+        Needed for flat input ``(n, C*H*W)``.
+
+    Attributes
+    ----------
+    image_shape_, output_shape_ : tuple (C, H, W)
+        Shape of one input image and of one output image.
+    n_features_in_ : int
+        Features per input row.
 
     Examples
     --------
@@ -157,10 +194,20 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
     what makes a linear DP model on images work: DP-SGD clips each example's
     gradient, whose norm grows with the norm of the input.
 
+    The arithmetic and the output are float64 whatever the input dtype: a
+    ``uint8`` pixel minus a centre of 100 would wrap around in ``uint8``, and
+    the squared norm of ``float16`` rows overflows above about 256 per pixel.
+
     Parameters
     ----------
     center : array-like of shape (n_features,) or None, default=None
-        None: no centring (rows are only normalised).
+        Public centre subtracted from every row (e.g. the mean of public
+        images). None: no centring (rows are only normalised).
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Set by ``fit``; ``transform`` also works unfitted (nothing is learnt).
 
     Examples
     --------
@@ -181,18 +228,57 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        X = validate_data(self, X)
-        if self.center is not None:
-            center = np.asarray(self.center, dtype=np.float64).ravel()
-            if center.shape[0] != X.shape[1]:
-                raise ValueError(f"center has {center.shape[0]} values but X has {X.shape[1]} features.")
+        """Check ``X`` and ``center`` against each other; nothing is learnt from the data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self
+        """
+        X = validate_data(self, X, dtype=np.float64)
+        self._center(X.shape[1])
         return self
 
     def transform(self, X):
+        """Centre each row on ``center`` and scale it to unit L2 norm.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Any numeric dtype; it is not modified.
+
+        Returns
+        -------
+        ndarray of float64, shape (n_samples, n_features)
+            Rows of norm 1 (an all-zero centred row stays zero).
+        """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False)
-        Z = X if self.center is None else X - np.asarray(self.center, dtype=X.dtype).ravel()
-        return Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-12)
+        X = validate_data(self, X, dtype=np.float64, reset=False)  # a float64 copy for narrow dtypes
+        center = self._center(X.shape[1])
+        Z = X if center is None else X - center
+        # ||z|| = s * ||z / s|| with s = max|z|: no overflow of the squares even near float64's max.
+        scale = np.max(np.abs(Z), axis=1, keepdims=True)
+        safe = np.where(scale > 0, scale, 1.0)
+        norms = scale * np.linalg.norm(Z / safe, axis=1, keepdims=True)
+        return Z / np.maximum(norms, 1e-12)
+
+    def _center(self, n_features):
+        """``center`` as float64 of length ``n_features`` (None stays None), or a clear error."""
+        if self.center is None:
+            return None
+        center = np.asarray(self.center, dtype=np.float64).ravel()
+        if center.shape[0] != n_features:
+            raise ValueError(
+                f"CenterNormalize: center has {center.shape[0]} values but X has {n_features} features; "
+                f"pass a center of length {n_features}.")
+        if not np.all(np.isfinite(center)):
+            raise ValueError("CenterNormalize: center must be finite (it holds NaN or inf).")
+        return center
 
     def torch_transform(self, x):
         """``transform`` of a tensor; differentiable."""
