@@ -143,9 +143,13 @@ def test_tiny_delta_is_computed_safely(blobs):
     assert 0 < mu < math.inf and gaussian_dp_delta(mu, 1.0) <= 5e-324 * (1 + 1e-6)
     sel = DPFisherSelector(2, delta=5e-324, bounds=(-20, 20), classes=[0, 1]).fit(X, y)
     assert sel.support_.sum() == 2
+    # DFSRelease splits delta in two: half of the smallest float is 0, so it refuses, naming delta.
     ledger = BudgetLedger()
-    out = quiet(DFSRelease(2, delta=5e-324, bounds=(-20, 20), classes=[0, 1], ledger=ledger).fit_transform, X, y)
-    assert np.all(np.isfinite(out)) and ledger.total()[1] <= 5e-324
+    with pytest.raises(ValueError, match="delta=5e-324"):
+        quiet(DFSRelease(2, delta=5e-324, bounds=(-20, 20), classes=[0, 1], ledger=ledger).fit_transform, X, y)
+    assert ledger.total() == (0, 0)
+    out = quiet(DFSRelease(2, delta=1e-300, bounds=(-20, 20), classes=[0, 1], ledger=ledger).fit_transform, X, y)
+    assert np.all(np.isfinite(out)) and ledger.total()[1] <= 1e-300
 
 
 def test_huge_epsilon_gaussian_calibration_is_finite():

@@ -16,6 +16,8 @@ so with a super-resolution step first the attack optimises the low-resolution
 input *through the generator*. Black-box: gradients are estimated from
 ``predict_proba`` by finite differences.
 """
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +98,12 @@ class MIFace:
             raise ValueError(f"gamma must be in (0, 1], got {gamma!r}.")
         if not lambda_ > 0:
             raise ValueError(f"lambda_ must be > 0, got {lambda_!r}.")
+        if not (isinstance(fd_step, numbers.Real) and math.isfinite(fd_step) and fd_step > 0):
+            raise ValueError(f"fd_step must be a finite number > 0 (the finite-difference step, e.g. 1e-3); "
+                             f"got {fd_step!r}.")
+        if n_directions is not None and not (isinstance(n_directions, numbers.Integral)
+                                             and not isinstance(n_directions, bool) and n_directions >= 1):
+            raise ValueError(f"n_directions must be None (every coordinate) or an int >= 1; got {n_directions!r}.")
         self.estimator = estimator
         self.alpha, self.beta, self.gamma, self.lambda_ = alpha, beta, gamma, lambda_
         self.process, self.aux_term = process, aux_term

@@ -6,30 +6,14 @@ classifier with ``torch_predict_proba`` (``DPMomentumClassifier``).
 ``FrozenEstimator`` is looked through; "passthrough" is the identity.
 """
 import numpy as np
-from sklearn.pipeline import Pipeline
 
-
-class TorchUnavailableError(TypeError):
-    """A step of the model has no torch path; use the black-box attack."""
-
-
-def _unwrap(step):
-    # sklearn.frozen.FrozenEstimator keeps the fitted estimator in .estimator.
-    while type(step).__name__ == "FrozenEstimator" and hasattr(step, "estimator"):
-        step = step.estimator
-    return step
-
-
-def _steps(estimator):
-    if isinstance(estimator, Pipeline):
-        steps = [_unwrap(s) for _, s in estimator.steps]
-        return [s for s in steps if s not in (None, "passthrough")]
-    return [_unwrap(estimator)]
+from ..exceptions import TorchUnavailableError
+from ..utils.steps import pipeline_steps
 
 
 def torch_model(estimator):
     """``x -> class probabilities`` as a torch function of the estimator's input rows."""
-    steps = _steps(estimator)
+    steps = pipeline_steps(estimator)
     *transforms, final = steps
     for step in transforms:
         if not hasattr(step, "torch_transform"):
@@ -46,7 +30,7 @@ def torch_model(estimator):
 
 def input_dim(estimator):
     """Features per input row: a super-resolution step takes low-resolution rows."""
-    first = _steps(estimator)[0]
+    first = pipeline_steps(estimator)[0]
     low_res = getattr(first, "low_res_shape_", None)
     if low_res is not None:
         return int(np.prod(low_res))

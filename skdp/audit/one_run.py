@@ -11,6 +11,7 @@ The lower bound is the largest epsilon whose p-value stays below
 so a single bound is reported without a multiple-testing correction.
 """
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,7 @@ from scipy.optimize import brentq
 from scipy.stats import binom
 from sklearn.base import clone
 
+from ..privacy.report import privacy_spent
 from ..utils.random import make_rng
 
 
@@ -34,6 +36,7 @@ def one_run_p_value(epsilon, n_canaries, n_guesses, n_correct, delta):
 
 def one_run_epsilon_lower_bound(n_canaries, n_guesses, n_correct, delta, confidence=0.95):
     """Largest epsilon refuted at ``confidence`` by ``n_correct`` of ``n_guesses``; 0 if none."""
+    _check_confidence(confidence)
     alpha = 1 - confidence
     if n_guesses == 0 or one_run_p_value(0.0, n_canaries, n_guesses, n_correct, delta) > alpha:
         return 0.0
@@ -44,6 +47,19 @@ def one_run_epsilon_lower_bound(n_canaries, n_guesses, n_correct, delta, confide
             return math.inf
     return brentq(lambda e: one_run_p_value(e, n_canaries, n_guesses, n_correct, delta) - alpha,
                   0.0, hi, xtol=1e-6)
+
+
+def _check_confidence(confidence):
+    # confidence 0 or 1 makes every (or no) p-value significant: a "refutation" that means nothing.
+    if not (isinstance(confidence, numbers.Real) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence!r}.")
+
+
+def _check_guesses(n_guesses, n_canaries):
+    if not (isinstance(n_guesses, numbers.Integral) and not isinstance(n_guesses, bool)
+            and 1 <= n_guesses <= n_canaries):
+        raise ValueError(f"n_guesses must be an int in [1, n_canaries={n_canaries}] (more guesses than canaries "
+                         f"would count guesses never made); got {n_guesses!r}.")
 
 
 def log_likelihood_score(estimator, X, y):
@@ -106,10 +122,17 @@ def one_run_audit(estimator, X, y, X_canary, y_canary, *, score=log_likelihood_s
     -------
     AuditResult
     """
+    _check_confidence(confidence)
     rng = make_rng(random_state)
     X, y = np.asarray(X), np.asarray(y)
     X_canary, y_canary = np.asarray(X_canary), np.asarray(y_canary)
     m = len(X_canary)
+    if m == 0:
+        raise ValueError("one_run_audit needs at least one canary (X_canary is empty); see mislabelled_canaries.")
+    if len(y_canary) != m:
+        raise ValueError(f"X_canary has {m} rows but y_canary has {len(y_canary)}; give one label per canary.")
+    if n_guesses is not None:
+        _check_guesses(n_guesses, m)
     included = rng.random(m) < 0.5
     fitted = clone(estimator).fit(np.concatenate([X, X_canary[included]]),
                                   np.concatenate([y, y_canary[included]]))
@@ -127,10 +150,8 @@ def one_run_audit(estimator, X, y, X_canary, y_canary, *, score=log_likelihood_s
 
 def _claimed_privacy(fitted):
     """Sum of the epsilons and deltas the fitted steps report (basic composition)."""
-    steps = [s for _, s in getattr(fitted, "steps", [])] or [fitted]
-    eps = sum(float(getattr(s, "epsilon_", 0.0)) for s in steps)
-    delta = sum(float(getattr(s, "delta_", 0.0)) for s in steps)
-    return eps, min(delta, 1.0)
+    eps, delta, _ = privacy_spent(fitted)
+    return eps, delta
 
 
 def mislabelled_canaries(X_pool, y_pool, classes, random_state=None):

@@ -172,6 +172,9 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     # -- internals ---------------------------------------------------------------------------
     def _fit(self, X, y):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
+        if self.delta / 2 == 0:  # selection and release each need a positive share of delta
+            raise ValueError(f"delta={self.delta!r} is too small to split between the selection and the "
+                             "release (half of it rounds to 0); use delta >= 1e-300.")
         self._selects_all = self.n_features_to_select == X.shape[1]
         share = 1.0 if self.method == "paper" else self.selection_share
         self.selector_ = DPFisherSelector(

@@ -6,7 +6,7 @@ from sklearn.base import BaseEstimator, _fit_context
 
 from ..exceptions import PrivacyLeakWarning
 from ..privacy.report import set_privacy_attributes
-from ..utils.validation import encode_labels
+from ..utils.validation import check_label_types, encode_labels
 from ._base import TopKSelectorMixin
 from ._scores import max_pairwise_t
 
@@ -51,6 +51,7 @@ class TTestSelector(TopKSelectorMixin, BaseEstimator):
         X, y = self._validate_Xy(X, y)
         warnings.warn("TTestSelector is a non-private baseline: its selection reveals the data.",
                       PrivacyLeakWarning, stacklevel=2)
+        check_label_types(y, type(self).__name__)
         self.classes_, codes = encode_labels(np.unique(y), y, type(self).__name__)
         self.scores_ = max_pairwise_t(X, codes, len(self.classes_))
         self._set_support(np.argsort(-self.scores_, kind="stable")[: self.n_features_to_select])

@@ -10,7 +10,6 @@ the zCDP conversion ``rho + 2 sqrt(rho ln(1/delta))`` with ``rho = k eps0**2 / 8
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 
 
 def _zcdp_epsilon(rho, delta):
@@ -19,18 +18,30 @@ def _zcdp_epsilon(rho, delta):
 
 def top_k_epsilon(eps0, k, delta):
     """(epsilon, delta) of k peeling rounds of eps0 each."""
-    return min(k * eps0, _zcdp_epsilon(k * eps0 ** 2 / 8.0, delta))
+    rho = k * (eps0 / math.sqrt(8.0)) ** 2 if eps0 < 1e150 else math.inf  # no overflow warning
+    return min(k * eps0, _zcdp_epsilon(rho, delta))
 
 
 def top_k_round_epsilon(epsilon, delta, k):
-    """The largest per-round eps0 whose k-fold composition is (epsilon, delta)-DP."""
+    """The largest per-round eps0 whose k-fold composition is (epsilon, delta)-DP.
+
+    The zCDP branch has a closed form: with L = ln(1/delta) and s = sqrt(rho),
+    rho + 2 sqrt(rho L) = epsilon is s^2 + 2 s sqrt(L) - epsilon = 0, so
+    s = epsilon / (sqrt(L) + sqrt(L + epsilon)) (the root written without
+    cancellation) and eps0 = sqrt(8 rho / k). It stays finite and exact for
+    every epsilon in (0, inf) and delta down to the smallest float.
+    """
     if math.isinf(epsilon):
         return math.inf
+    if not (epsilon > 0 and 0 < delta < 1 and k >= 1):
+        raise ValueError(f"need epsilon > 0, 0 < delta < 1 and k >= 1; got epsilon={epsilon!r}, "
+                         f"delta={delta!r}, k={k!r}.")
     pure = epsilon / k
-    hi = math.sqrt(8.0 * epsilon / k) + epsilon  # rho alone already exceeds epsilon beyond this
-    zcdp = brentq(lambda e0: _zcdp_epsilon(k * e0 ** 2 / 8.0, delta) - epsilon, 0.0, hi, xtol=1e-14)
-    zcdp *= 1 - 1e-9  # stay on the certified side of the root
-    return max(pure, zcdp)
+    log_inv_delta = -math.log(delta)
+    s = epsilon / (math.sqrt(log_inv_delta) + math.sqrt(log_inv_delta + epsilon))
+    zcdp = math.sqrt(8.0 / k) * s
+    # Stay on the certified side of both roots (rounding of the products above).
+    return max(pure, zcdp) * (1 - 1e-9)
 
 
 def gumbel_top_k(scores, k, eps0, sensitivity, rng):

@@ -23,7 +23,7 @@ def resolve_bounds(bounds, X, owner, warn=True):
                 PrivacyLeakWarning,
                 stacklevel=3,
             )
-        return X.min(axis=0), X.max(axis=0)
+        return _check_computable(X.min(axis=0), X.max(axis=0), "the data's range (bounds=None)")
     try:
         lower, upper = bounds
         lower = np.broadcast_to(np.asarray(lower, dtype=float), (n_features,)).copy()
@@ -37,6 +37,21 @@ def resolve_bounds(bounds, X, owner, warn=True):
         raise ValueError("bounds must be finite.")
     if np.any(lower > upper):
         raise ValueError(f"bounds: lower must be <= upper for every feature; got {bounds!r}.")
+    return _check_computable(lower, upper, f"bounds={bounds!r}")
+
+
+def _check_computable(lower, upper, what):
+    """Refuse bounds whose statistics overflow float64 (they would turn every output into NaN).
+
+    Sensitivities use the half-width h and, for second moments, ||h^2||: both must be finite.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = (upper - lower) / 2
+        ok = np.all(np.isfinite(half)) and np.isfinite(np.linalg.norm(half ** 2))
+    if not ok:
+        raise ValueError(f"{what} is too wide to compute with: the squared width overflows float64 "
+                         f"(largest width {float(np.max(upper - lower)):.3g}). Rescale the features or pass "
+                         "public bounds of a sane size (e.g. below 1e100).")
     return lower, upper
 
 

@@ -51,6 +51,17 @@ def resolve_batch_size(batch_size, n_samples):
     return int(batch_size)
 
 
+def check_label_types(y, owner):
+    """Refuse labels that mix numbers and strings (they cannot be sorted into one label set)."""
+    y = np.asarray(y)
+    if y.dtype != object:
+        return
+    kinds = {"string" if isinstance(v, str) else type(v).__name__ for v in y.ravel()}
+    if "string" in kinds and len(kinds) > 1:
+        raise ValueError(f"y mixes types ({', '.join(sorted(kinds))}); {owner} needs labels of one kind: all "
+                         "numbers or all strings.")
+
+
 def encode_labels(classes, y, owner):
     """``(classes_, codes)`` for ``y``: the public label set if given, else ``y``'s (warns).
 
@@ -58,6 +69,7 @@ def encode_labels(classes, y, owner):
     holder), so reading it from ``y`` warns with ``PrivacyLeakWarning``.
     """
     y = column_or_1d(y, warn=True)
+    check_label_types(y, owner)
     check_classification_targets(y)
     if classes is None:
         found = np.unique(y)
@@ -69,6 +81,10 @@ def encode_labels(classes, y, owner):
             PrivacyLeakWarning, stacklevel=3,
         )
         return found, np.searchsorted(found, y).astype(np.int64)
+    given = np.asarray(classes, dtype=object).ravel()
+    bad = [c for c in given if c is None or (isinstance(c, float) and c != c)]
+    if bad:
+        raise ValueError(f"classes must not contain {bad[0]!r} (nan or None is not a label); got {list(given)!r}.")
     found = np.unique(np.asarray(classes))
     if len(found) < 2:
         raise ValueError(f"classes must hold at least 2 labels, got {found!r}.")
