@@ -222,3 +222,17 @@ def test_extra_parameter_typo_survives_clone_and_fails_in_a_search():
     assert "module_hidden_sizes" in clone(clf).get_params()
     with pytest.raises(TypeError, match="module_hidden_sizes"):
         clone(clf).fit(XS, Y)
+
+
+# ---- 7. DFSRelease accounts selection and release under one adjacency (replace-one) ----------------
+def test_finding_07_dfs_release_selection_and_release_compose_under_replace_one():
+    rel = DFSRelease(2, epsilon=1.0, delta=1e-5, bounds=(-20, 20), classes=[0, 1])
+    rel.fit_transform(X, Y)
+    sel = rel.selector_  # certified for add/remove one record: (eps_s, delta_s)
+    eps_s, delta_s = sel.epsilon_, sel.delta_
+    # Replace-one is a removal then an addition: group privacy of 2 gives (2 eps_s, (1 + e^eps_s) delta_s).
+    eps_release, delta_release = (1 - rel.selection_share) * 1.0, 1e-5 / 2
+    total_eps = 2 * eps_s + eps_release
+    total_delta = (1 + np.exp(eps_s)) * delta_s + delta_release
+    assert total_eps <= 1.0 + 1e-9 and total_delta <= 1e-5 * (1 + 1e-9)
+    assert rel.epsilon_ == 1.0 and "replace-one" in DFSRelease.__doc__

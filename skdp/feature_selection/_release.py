@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..exceptions import PrivacyLeakWarning
 from ..mechanisms import analytic_gaussian_sigma
 from ..privacy.ledger import charge
-from ..utils.bounds import apply_bounds
+from ..utils.bounds import apply_bounds, resolve_bounds
 from ..privacy.report import set_privacy_attributes
 from ..utils.random import mechanism_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS
@@ -29,13 +29,17 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     only selects and spends only the selection budget.
 
     ``"private"`` (certified)
-        Selection by ``DPFisherSelector`` with ``selection_share * epsilon`` and
-        ``delta / 2``. Release: rows clipped to the public bounds (and, if given,
-        centred and clipped to L2 norm ``clip_norm``), plus N(0, sigma^2) with sigma
-        from the analytic Gaussian mechanism for the rest of the budget and
-        sensitivity ``min(||w_S||_2, 2 * clip_norm)`` (replace-one of a row; each
-        row's noise is independent, so one record touches one row). Total:
-        (epsilon, delta)-DP for the features. **Labels are not protected**: the
+        One adjacency for everything: **replace-one record** (a release of the
+        rows cannot hide whether a row is there; ``n`` is public). Selection by
+        ``DPFisherSelector``, certified for add/remove at ``selection_share *
+        epsilon / 2`` and ``delta / 2 / (1 + e^eps_s)``, which by group privacy
+        is (``selection_share * epsilon``, ``delta / 2``) for replace-one.
+        Release: rows clipped to the public bounds (and, if given, centred and
+        clipped to L2 norm ``clip_norm``), plus N(0, sigma^2) with sigma from the
+        analytic Gaussian mechanism for the rest of the budget and sensitivity
+        ``min(||w_S||_2, 2 * clip_norm)`` (replace-one of a row; each row's
+        noise is independent, so one record touches one row). Total:
+        (epsilon, delta)-DP for the features under replace-one. **Labels are not protected**: the
         next step receives ``y`` as it is, so treat labels as public or use an
         estimator that protects them (``DPFisherClassifier``). Fitting warns.
     ``"paper"`` (not certified)
@@ -177,18 +181,32 @@ class DFSRelease(TransformerMixin, BaseEstimator):
                              "release (half of it rounds to 0); use delta >= 1e-300.")
         self._selects_all = self.n_features_to_select == X.shape[1]
         share = 1.0 if self.method == "paper" else self.selection_share
+        # One adjacency for the whole release: replace one record (a release of rows can not hide a row's
+        # presence). The selector is certified for add/remove; a replacement is a removal then an
+        # addition, so by group privacy (eps, d) add/remove is (2 eps, (1 + e^eps) d) replace-one. It
+        # therefore runs at half its share of epsilon and a delta scaled down to match.
+        eps_sel = share * self.epsilon / 2 if self.method == "private" else share * self.epsilon
+        delta_sel = (self.delta / 2 / (1 + math.exp(min(eps_sel, 700.0))) if self.method == "private"
+                     else self.delta / 2)
+        resolve_bounds(self.bounds, X, type(self).__name__, warn=False)  # refuse absurd bounds before charging
+        if not self._selects_all:  # the selection's replace-one cost, charged before it runs
+            cost = (share * self.epsilon, 0.0 if math.isinf(self.epsilon) else self.delta / 2)
+            label = " selection" + (" (paper, not certified)" if self.method == "paper" else " (replace-one)")
+            charge(self.ledger, *cost, type(self).__name__ + label)
         self.selector_ = DPFisherSelector(
-            self.n_features_to_select, epsilon=share * self.epsilon, delta=self.delta / 2,
+            self.n_features_to_select, epsilon=eps_sel, delta=delta_sel,
             bounds=self.bounds, clip=self.clip, method=self.method, classes=self.classes,
-            ledger=self.ledger, random_state=self.random_state,
+            ledger=None, random_state=self.random_state,
         ).fit(X, y)
         self.noise_seeded_ = self.selector_.noise_seeded_
         self.classes_ = self.selector_.classes_
         self.noise_std_, self.sensitivity_ = math.nan, math.nan
-        if self.method == "paper":
-            self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
-        else:
+        if self.method == "paper" or self._selects_all:
             self.epsilon_, self.delta_ = self.selector_.epsilon_, self.selector_.delta_
+        else:  # the selector's add/remove guarantee, stated for replace-one (group privacy of 2)
+            e_s, d_s = self.selector_.epsilon_, self.selector_.delta_
+            self.epsilon_ = 2 * e_s
+            self.delta_ = 0.0 if math.isinf(e_s) else (1 + math.exp(min(e_s, 700.0))) * d_s
         self._set_privacy()
         return X
 
