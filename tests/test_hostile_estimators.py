@@ -114,3 +114,34 @@ def test_pge_sample_returns_a_dataframe_with_the_fitted_columns():
     gen = PGEGenerator(module="gaussian", max_epochs=1, bounds=(-5, 5), classes=[0, 1]).fit(frame, Y)
     Xs, ys = gen.sample(10, random_state=0)
     assert list(Xs.columns) == ["a", "b", "c", "d"] and len(ys) == 10
+
+
+def test_dfs_release_keeps_real_column_names_with_pandas_output():
+    pd = pytest.importorskip("pandas")
+    from skdp import DFSRelease
+    frame = pd.DataFrame(X * 10, columns=["alpha", "beta", "gamma", "delta"])
+    rel = DFSRelease(2, bounds=(-20, 20), classes=[0, 1]).set_output(transform="pandas")
+    out = rel.fit_transform(frame, Y)
+    assert isinstance(out, pd.DataFrame) and set(out.columns) <= {"alpha", "beta", "gamma", "delta"}
+    assert list(rel.transform(frame).columns) == list(out.columns)
+
+
+@pytest.mark.parametrize("make", [lambda: DPMomentumClassifier(max_epochs=1, classes=[0, 1], batch_size=20),
+                                  lambda: DPMomentumClassifier("mlp", max_epochs=1, classes=[0, 1], batch_size=20)])
+def test_property_extreme_records_keep_every_dp_sgd_release_finite(make):
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+    from skdp import DPMomentumRegressor
+
+    @settings(max_examples=4, deadline=None)
+    @given(st.lists(st.floats(-3e38, 3e38, allow_nan=False, allow_infinity=False), min_size=4, max_size=4),
+           st.integers(0, 39))
+    def check(record, where):
+        Xh = X.copy()
+        Xh[where] = record  # one record with extreme finite values
+        clf = make().fit(Xh, Y)
+        assert all(np.isfinite(p.detach().numpy()).all() for p in clf.net_.module_.parameters())
+        assert np.isfinite(clf.predict_proba(Xh)).all()
+        reg = DPMomentumRegressor(max_epochs=1, batch_size=20).fit(Xh, Y.astype(float))
+        assert np.isfinite(reg.predict(Xh)).all()
+    check()

@@ -171,6 +171,8 @@ class DFSRelease(TransformerMixin, BaseEstimator):
 
     def get_feature_names_out(self, input_features=None):
         check_is_fitted(self)
+        if input_features is None:  # the selector saw an array: the column names are ours
+            input_features = getattr(self, "feature_names_in_", None)
         return self.selector_.get_feature_names_out(input_features)
 
     # -- internals ---------------------------------------------------------------------------
