@@ -129,7 +129,7 @@ def test_dfs_release_keeps_real_column_names_with_pandas_output():
 @pytest.mark.parametrize("make", [lambda: DPMomentumClassifier(max_epochs=1, classes=[0, 1], batch_size=20),
                                   lambda: DPMomentumClassifier("mlp", max_epochs=1, classes=[0, 1], batch_size=20)])
 def test_property_extreme_records_keep_every_dp_sgd_release_finite(make):
-    hypothesis = pytest.importorskip("hypothesis")
+    pytest.importorskip("hypothesis")
     from hypothesis import given, settings, strategies as st
     from skdp import DPMomentumRegressor
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 from sklearn.pipeline import make_pipeline
 
-from skdp.preprocessing import CenterNormalize, Downsample, Upsample, _area_matrix
+from skdp.imaging.resample import _area_matrix
+from skdp.preprocessing import CenterNormalize, Downsample, Upsample
 
 
 def test_area_downsample_of_blocks_is_exact():

@@ -1,7 +1,7 @@
 """How recognisable model-inversion reconstructions are."""
 import numpy as np
 
-from ..superres.metrics import ssim
+from ..imaging.metrics import ssim
 
 
 def score_reconstructions(result, X_reference, y_reference, *, evaluator, image_shape, to_reference=None):

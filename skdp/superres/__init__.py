@@ -1,5 +1,5 @@
 """Super-resolution: SRGAN as a transformer, its networks, and image-quality metrics."""
-from .metrics import psnr, ssim
+from ..imaging.metrics import psnr, ssim
 from .networks import SRGAN, Discriminator, SRResNet
 from .srgan import SRGANTransformer
 

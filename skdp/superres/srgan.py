@@ -14,8 +14,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning
 from ..nn._estimator import DPSGDEstimator, fill_dp_docs
-from ..preprocessing import resample
-from ..utils.images import as_images, normalize_image_shape, restore_layout
+from ..imaging import as_images, normalize_image_shape, resample, restore_layout
 from ..utils.validation import PRIVACY_CONSTRAINTS, warn_if_delta_too_large
 from .net import FrozenFeatures, SRGANNet
 from .networks import SCALES, SRGAN

@@ -3,7 +3,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..utils.images import as_images, normalize_image_shape
+from .layout import as_images, normalize_image_shape
 
 
 def psnr(reference, image, data_range=1.0, image_shape=None):
