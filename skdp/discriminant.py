@@ -15,7 +15,7 @@ from .privacy.ledger import charge
 from .utils.bounds import apply_bounds, resolve_bounds
 from .privacy.report import set_privacy_attributes
 from .utils.random import mechanism_rng
-from .utils.validation import PRIVACY_CONSTRAINTS, encode_labels, warn_if_delta_too_large
+from .utils.validation import PRIVACY_CONSTRAINTS, encode_labels, set_init_params, warn_if_delta_too_large
 
 # How the Gaussian-DP budget mu**2 is split between counts, sums and sums of squares.
 MU2_SHARES = {"counts": 0.1, "sums": 0.6, "squares": 0.3}
@@ -95,15 +95,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True, classes=None,
                  priors=None, var_smoothing=1e-2, ledger=None, random_state=None):
-        self.epsilon = epsilon
-        self.delta = delta
-        self.bounds = bounds
-        self.clip = clip
-        self.classes = classes
-        self.priors = priors
-        self.var_smoothing = var_smoothing
-        self.ledger = ledger
-        self.random_state = random_state
+        set_init_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):

@@ -12,7 +12,7 @@ from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
 from ..privacy.report import set_privacy_attributes
 from ..utils.random import mechanism_rng
-from ..utils.validation import PRIVACY_CONSTRAINTS, encode_labels, warn_if_delta_too_large
+from ..utils.validation import PRIVACY_CONSTRAINTS, encode_labels, set_init_params, warn_if_delta_too_large
 from ._base import TopKSelectorMixin
 from ._scores import mean_gap
 
@@ -104,15 +104,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
 
     def __init__(self, n_features_to_select=10, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True,
                  method="private", classes=None, ledger=None, random_state=None):
-        self.n_features_to_select = n_features_to_select
-        self.epsilon = epsilon
-        self.delta = delta
-        self.bounds = bounds
-        self.clip = clip
-        self.method = method
-        self.classes = classes
-        self.ledger = ledger
-        self.random_state = random_state
+        set_init_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):

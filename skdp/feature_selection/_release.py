@@ -14,7 +14,7 @@ from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
 from ..privacy.report import set_privacy_attributes
 from ..utils.random import mechanism_rng
-from ..utils.validation import PRIVACY_CONSTRAINTS
+from ..utils.validation import PRIVACY_CONSTRAINTS, set_init_params
 from ._dfs import DPFisherSelector
 
 
@@ -110,17 +110,7 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     def __init__(self, n_features_to_select=10, *, epsilon=1.0, delta=1e-5, bounds=None, clip=True,
                  clip_norm=None, method="private", selection_share=0.5, classes=None, ledger=None,
                  random_state=None):
-        self.n_features_to_select = n_features_to_select
-        self.epsilon = epsilon
-        self.delta = delta
-        self.bounds = bounds
-        self.clip = clip
-        self.clip_norm = clip_norm
-        self.method = method
-        self.selection_share = selection_share
-        self.classes = classes
-        self.ledger = ledger
-        self.random_state = random_state
+        set_init_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):

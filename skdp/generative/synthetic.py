@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import warn_privacy
 from ..utils.random import make_rng
+from ..utils.validation import set_init_params
 
 
 class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
@@ -55,10 +56,7 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     }
 
     def __init__(self, generator, classifier=None, *, synthetic_ratio=10, random_state=None):
-        self.generator = generator
-        self.classifier = classifier
-        self.synthetic_ratio = synthetic_ratio
-        self.random_state = random_state
+        set_init_params(self, locals())
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y):

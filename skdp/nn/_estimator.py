@@ -25,6 +25,7 @@ import re
 from sklearn.base import BaseEstimator
 
 from ..privacy.report import set_privacy_attributes
+from ..utils.validation import set_init_params
 from .net import plan_dpsgd
 
 # skorch's routed parameter prefixes passed through to the net.
@@ -139,9 +140,7 @@ class DPSGDEstimator(BaseEstimator):
         One line instead of one assignment per parameter; scikit-learn's rule
         holds: every argument becomes the attribute of the same name, as given.
         """
-        params = {k: v for k, v in params.items() if k not in ("self", "__class__", "kwargs")}
-        for name, value in params.items():
-            setattr(self, name, value)
+        set_init_params(self, params)
 
     # -- skorch-style passthrough parameters ------------------------------------------------
     def _store_net_kwargs(self, kwargs):

@@ -28,6 +28,13 @@ DPSGD_CONSTRAINTS = {
 }
 
 
+def set_init_params(estimator, params):
+    """Store ``__init__``'s arguments unchanged (``params`` is its ``locals()``): scikit-learn's rule in one line."""
+    for name, value in params.items():
+        if name not in ("self", "__class__", "kwargs"):
+            setattr(estimator, name, value)
+
+
 def warn_if_delta_too_large(delta, n_samples, owner):
     """delta >= 1/n permits releasing a whole record; allowed, but said aloud."""
     if delta >= 1.0 / n_samples:
