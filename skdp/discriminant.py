@@ -1,7 +1,6 @@
 """DPFisherClassifier: Fisher's discriminant with diagonal covariance from noisy sufficient statistics."""
 import math
 import numbers
-import warnings
 
 import numpy as np
 from scipy.special import logsumexp
@@ -9,7 +8,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .exceptions import PrivacyLeakWarning
+from .exceptions import warn_privacy
 from .mechanisms import gaussian_dp_mu
 from .privacy.ledger import charge
 from .utils.bounds import apply_bounds, resolve_bounds
@@ -107,8 +106,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         if private:
             warn_if_delta_too_large(self.delta, X.shape[0], owner)
         else:
-            warnings.warn(f"{owner}(epsilon=inf) fits without noise: NOT private.",
-                          PrivacyLeakWarning, stacklevel=2)
+            warn_privacy(f"{owner}(epsilon=inf) fits without noise: NOT private.")
         self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=private)
         lower, upper = self.bounds_
         centre, half = (lower + upper) / 2, (upper - lower) / 2

@@ -133,7 +133,7 @@ def test_property_extreme_records_keep_every_dp_sgd_release_finite(make):
     from hypothesis import given, settings, strategies as st
     from skdp import DPMomentumRegressor
 
-    @settings(max_examples=4, deadline=None)
+    @settings(max_examples=3, deadline=None)
     @given(st.lists(st.floats(-3e38, 3e38, allow_nan=False, allow_infinity=False), min_size=4, max_size=4),
            st.integers(0, 39))
     def check(record, where):

@@ -52,6 +52,7 @@ def test_architecture_follows_the_thesis():
     assert convs[-1].out_channels == 8 * convs[0].out_channels
 
 
+@pytest.mark.slow  # training quality, no privacy property: 10 s
 def test_training_learns_super_resolution():
     X = smooth_images(24)
     untrained = SRGANTransformer(scale=2, pretrain_epochs=0, gan_epochs=0, **TINY).fit(X)
@@ -204,6 +205,7 @@ def test_bad_input():
         sr.transform(X[:, ::2, ::2].reshape(8, -1)[:, :10])
 
 
+@pytest.mark.slow  # perceptual loss plumbing: 9 s
 def test_perceptual_loss_uses_the_given_feature_extractor_and_keeps_it_frozen():
     X = smooth_images(12)
     features = torch.nn.Conv2d(1, 3, 3, padding=1)

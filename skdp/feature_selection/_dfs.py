@@ -1,12 +1,11 @@
 """DPFisherSelector: DFS feature selection by class-mean gaps (Shen et al. 2021, Algorithm 1, steps 1-3)."""
 import math
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils._param_validation import HasMethods, StrOptions
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 from ..mechanisms import gumbel_top_k, top_k_round_epsilon
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
@@ -136,11 +135,8 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         self.privacy_certified_ = True
 
     def _fit_paper(self, X, codes, k, m):
-        warnings.warn(
-            "DPFisherSelector(method='paper') ranks features on the raw private data at no privacy "
-            "cost, as the paper's Algorithm 1 does; its privacy claim is NOT certified.",
-            PrivacyLeakWarning, stacklevel=3,
-        )
+        warn_privacy("DPFisherSelector(method='paper') ranks features on the raw private data at no privacy "
+            "cost, as the paper's Algorithm 1 does; its privacy claim is NOT certified.")
         self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=False)
         X = apply_bounds(X, *self.bounds_, self.clip, type(self).__name__)
         charge(self.ledger, self.epsilon, self.delta, type(self).__name__ + " (paper, not certified)")
@@ -162,8 +158,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         counts = np.bincount(codes, minlength=k).astype(float)
         if math.isinf(self.epsilon):
             charge(self.ledger, math.inf, 0.0, owner)
-            warnings.warn("DPFisherSelector(epsilon=inf) selects without noise: NOT private.",
-                          PrivacyLeakWarning, stacklevel=3)
+            warn_privacy("DPFisherSelector(epsilon=inf) selects without noise: NOT private.")
             self.class_counts_, self.sensitivity_ = counts, 0.0
             chosen = gumbel_top_k(mean_gap(Z, codes, k), m, math.inf, 0.0, rng)
             self.epsilon_, self.delta_ = math.inf, 0.0

@@ -1,14 +1,13 @@
 """DFSRelease: Algorithm 1 in full, selection then a noisy release of the kept features."""
 import math
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 from ..mechanisms import analytic_gaussian_sigma
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
@@ -128,11 +127,8 @@ class DFSRelease(TransformerMixin, BaseEstimator):
             variance = 2 * n_max * math.log(1 / self.delta) / self.epsilon
             self.noise_std_, self.sensitivity_ = math.sqrt(variance), math.nan
         else:
-            warnings.warn(
-                "DFSRelease protects the released features; the labels y reach the next step "
-                "unprotected. Treat them as public or use DPFisherClassifier.",
-                PrivacyLeakWarning, stacklevel=2,
-            )
+            warn_privacy("DFSRelease protects the released features; the labels y reach the next step "
+                "unprotected. Treat them as public or use DPFisherClassifier.")
             kept = self._centre_and_clip_rows(kept)
             lower, upper = (b[self.selector_.support_] for b in self.selector_.bounds_)
             self.sensitivity_ = float(np.linalg.norm(upper - lower))

@@ -1,10 +1,9 @@
 """TTestSelector: the paper's "t-testing" baseline. NOT private."""
 import math
-import warnings
 
 from sklearn.base import BaseEstimator, _fit_context
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 from ..privacy.report import set_privacy_attributes
 from ..utils.validation import check_label_types, encode_labels
 from ._base import TopKSelectorMixin
@@ -49,8 +48,7 @@ class TTestSelector(TopKSelectorMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         X, y = self._validate_Xy(X, y)
-        warnings.warn("TTestSelector is a non-private baseline: its selection reveals the data.",
-                      PrivacyLeakWarning, stacklevel=2)
+        warn_privacy("TTestSelector is a non-private baseline: its selection reveals the data.")
         check_label_types(y, type(self).__name__)
         self.classes_, codes = encode_labels(np.unique(y), y, type(self).__name__)
         self.scores_ = max_pairwise_t(X, codes, len(self.classes_))

@@ -1,9 +1,8 @@
 """Public feature bounds: the sensitivity of every non-SGD mechanism in skdp comes from them."""
-import warnings
 
 import numpy as np
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 
 
 def resolve_bounds(bounds, X, owner, warn=True):
@@ -17,12 +16,8 @@ def resolve_bounds(bounds, X, owner, warn=True):
     n_features = X.shape[1]
     if bounds is None:
         if warn:
-            warnings.warn(
-                f"{owner}: bounds=None, so the feature ranges are read from the private data and "
-                "the sensitivity depends on it; the guarantee is NOT certified. Pass public bounds.",
-                PrivacyLeakWarning,
-                stacklevel=3,
-            )
+            warn_privacy(f"{owner}: bounds=None, so the feature ranges are read from the private data and "
+                "the sensitivity depends on it; the guarantee is NOT certified. Pass public bounds.")
         return _check_computable(X.min(axis=0), X.max(axis=0), "the data's range (bounds=None)")
     try:
         lower, upper = bounds

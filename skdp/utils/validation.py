@@ -1,14 +1,13 @@
 """Validation helpers shared by skdp estimators."""
 import math
 import numbers
-import warnings
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
-from ..exceptions import PrivacyLeakWarning
+from ..exceptions import warn_privacy
 
 # Constraints that every DP estimator spells the same way (scikit-learn's validation grammar).
 PRIVACY_CONSTRAINTS = {
@@ -38,12 +37,8 @@ def set_init_params(estimator, params):
 def warn_if_delta_too_large(delta, n_samples, owner):
     """delta >= 1/n permits releasing a whole record; allowed, but said aloud."""
     if delta >= 1.0 / n_samples:
-        warnings.warn(
-            f"{owner}: delta={delta:g} >= 1/n_samples={1.0 / n_samples:.3g}; a mechanism with this "
-            "delta may publish a record outright. Use delta well below 1/n_samples.",
-            PrivacyLeakWarning,
-            stacklevel=3,
-        )
+        warn_privacy(f"{owner}: delta={delta:g} >= 1/n_samples={1.0 / n_samples:.3g}; a mechanism with this "
+            "delta may publish a record outright. Use delta well below 1/n_samples.")
 
 
 def resolve_batch_size(batch_size, n_samples):
@@ -82,11 +77,8 @@ def encode_labels(classes, y, owner):
         found = np.unique(y)
         if len(found) < 2:
             raise ValueError(f"y contains only one class ({found[0]!r}); {owner} needs at least 2 classes.")
-        warnings.warn(
-            "classes=None: the set of labels is read from the private y and released in "
-            "classes_; pass classes=[...] from public knowledge.",
-            PrivacyLeakWarning, stacklevel=3,
-        )
+        warn_privacy("classes=None: the set of labels is read from the private y and released in "
+            "classes_; pass classes=[...] from public knowledge.")
         return found, np.searchsorted(found, y).astype(np.int64)
     given = np.asarray(classes, dtype=object).ravel()
     bad = [c for c in given if c is None or (isinstance(c, float) and c != c)]
