@@ -7,6 +7,13 @@ import pytest
 from skdp import PrivacyLeakWarning, insecure_noise_seed
 
 
+def quiet(fn, *args, **kwargs):
+    """Call ``fn`` with ``PrivacyLeakWarning`` silenced (tests that read bounds or labels from data on purpose)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        return fn(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def seeded_noise_context(seed=0):
     """Reproducible mechanism noise for tests that need determinism (NOT private; warnings silenced)."""

@@ -1,5 +1,4 @@
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -9,15 +8,12 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 
 from skdp import (BudgetLedger, DPFisherClassifier, DPFisherSelector, DPMomentumClassifier,
-                  PrivacyLeakWarning, search_privacy_cost)
+                  search_privacy_cost)
 from skdp.attacks import lira_offline_attack, loss_threshold_attack
 from skdp.audit import mislabelled_canaries, one_run_audit, one_run_epsilon_lower_bound, one_run_p_value
+from conftest import quiet
 
 
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        return fn(*args, **kwargs)
 
 
 # -- the bound itself ------------------------------------------------------------------------

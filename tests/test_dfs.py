@@ -1,6 +1,5 @@
 import math
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from skdp import DFSRelease, DPFisherClassifier, DPFisherSelector, PrivacyLeakWarning, TTestSelector
 from skdp.audit import epsilon_lower_bound
 from skdp.mechanisms import analytic_gaussian_sigma
+from conftest import quiet
 
 
 def gaussian_task(n=2000, p=200, s=10, k=2, seed=0):
@@ -24,10 +24,6 @@ def gaussian_task(n=2000, p=200, s=10, k=2, seed=0):
     return X, y
 
 
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        return fn(*args, **kwargs)
 
 
 RELEASE_IS_NOT_TRANSFORM = (

@@ -4,26 +4,22 @@ Every refusal must name the bad parameter and leave the caller's arrays as they 
 every accepted input must give finite outputs whose privacy claim holds.
 """
 import math
-import warnings
 
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import NotFittedError
 
-from skdp import BudgetLedger, DFSRelease, DPFisherClassifier, DPFisherSelector, PrivacyLeakWarning, TTestSelector
+from skdp import BudgetLedger, DFSRelease, DPFisherClassifier, DPFisherSelector, TTestSelector
 from skdp.attacks import MIFace
 from skdp.audit import one_run_audit, one_run_epsilon_lower_bound
 from skdp.mechanisms import analytic_gaussian_sigma, gaussian_dp_delta, gaussian_dp_mu, gumbel_top_k
 from skdp.mechanisms.topk import top_k_epsilon, top_k_round_epsilon
 from skdp.preprocessing import CenterNormalize, Downsample, Upsample
 from skdp.utils.validation import encode_labels
+from conftest import quiet
 
 
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        return fn(*args, **kwargs)
 
 
 @pytest.fixture

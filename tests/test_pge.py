@@ -1,6 +1,5 @@
 import math
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -14,14 +13,11 @@ from skdp.audit import one_run_audit
 from skdp.generative import label_entropy
 from skdp.generative.hmc import hmc_sample
 from skdp.generative.projections import randomized_response_projections
+from conftest import quiet
 
 SMALL = dict(max_epochs=2, hidden_size=8, n_levels=2, n_repeats=1, n_leapfrog=2)
 
 
-def quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        return fn(*args, **kwargs)
 
 
 def two_blobs(n=300, seed=0):
