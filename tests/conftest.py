@@ -26,3 +26,11 @@ def seeded_noise_context(seed=0):
 def seeded_noise():
     """The :func:`seeded_noise_context` factory, as a fixture."""
     return seeded_noise_context
+
+
+@pytest.fixture
+def no_privacy_warnings():
+    """Silence ``PrivacyLeakWarning`` for a whole module: ``pytestmark = pytest.mark.usefixtures(...)``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        yield

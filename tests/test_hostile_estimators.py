@@ -1,6 +1,5 @@
 """Hostile and odd inputs to the DP-SGD estimators (issue 18): refuse early, name the value, never spend
 budget on a fit that can not run."""
-import warnings
 
 import numpy as np
 import pytest
@@ -13,11 +12,7 @@ X, Y = make_blobs(n_samples=40, n_features=4, centers=2, random_state=0)
 X = X / 10
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        yield
+pytestmark = pytest.mark.usefixtures("no_privacy_warnings")
 
 
 CANNOT_RUN = {

@@ -7,7 +7,6 @@ and failed on the code before the fix. Engine findings (4-6) are in
 ``test_privacy_core_hostile.py``, DFS adjacency (7) in ``test_hostile_inputs.py``.
 """
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -26,11 +25,7 @@ X, Y = make_blobs(n_samples=40, n_features=4, centers=2, random_state=0)
 XS = X / 10.0
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrivacyLeakWarning)
-        yield
+pytestmark = pytest.mark.usefixtures("no_privacy_warnings")
 
 
 # ---- 1. a fixed random_state must not make the noise reproducible -------------------------------
