@@ -231,3 +231,13 @@ def test_finding_07_dfs_release_selection_and_release_compose_under_replace_one(
     total_delta = (1 + np.exp(eps_s)) * delta_s + delta_release
     assert total_eps <= 1.0 + 1e-9 and total_delta <= 1e-5 * (1 + 1e-9)
     assert rel.epsilon_ == 1.0 and "replace-one" in DFSRelease.__doc__
+
+
+def test_privacy_spent_does_not_count_a_frozen_step_fitted_elsewhere():
+    from sklearn.frozen import FrozenEstimator
+    sr = SRGANTransformer(2, n_residual_blocks=1, n_filters=4, discriminator_filters=2, pretrain_epochs=1,
+                          gan_epochs=0, batch_size=2).fit(IMAGES)  # public: epsilon_ = inf, not certified
+    low = IMAGES[:, :, ::2, ::2].reshape(4, -1)
+    pipe = make_pipeline(FrozenEstimator(sr), FunctionTransformer(lambda Z: Z.reshape(len(Z), -1)),
+                         DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1])).fit(low, [0, 1, 0, 1])
+    assert privacy_spent(pipe) == (1.0, 1e-5, True)

@@ -14,7 +14,7 @@ After ``fit`` every skdp estimator that touches private data reports
 import math
 from typing import Iterable
 
-from ..utils.steps import nested_estimators, pipeline_steps
+from ..utils.steps import nested_estimators
 
 
 def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
@@ -70,7 +70,10 @@ def privacy_spent(estimator) -> tuple[float, float, bool]:
         return 0.0, 0.0, True
     eps = delta = 0.0
     certified = True
-    for step in (pipeline_steps(estimator) if hasattr(estimator, "steps") else [estimator]):
+    steps = [s for _, s in estimator.steps] if hasattr(estimator, "steps") else [estimator]
+    for step in steps:
+        if step in (None, "passthrough") or type(step).__name__ == "FrozenEstimator":
+            continue  # a frozen step was fitted (and spent) elsewhere; the Pipeline only applies it
         if step is not estimator and hasattr(step, "steps"):
             e, d, c = privacy_spent(step)
         elif hasattr(step, "epsilon_"):
