@@ -241,3 +241,11 @@ def test_privacy_spent_does_not_count_a_frozen_step_fitted_elsewhere():
     pipe = make_pipeline(FrozenEstimator(sr), FunctionTransformer(lambda Z: Z.reshape(len(Z), -1)),
                          DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1])).fit(low, [0, 1, 0, 1])
     assert privacy_spent(pipe) == (1.0, 1e-5, True)
+
+
+def test_search_cost_does_not_count_a_frozen_private_step():
+    from sklearn.frozen import FrozenEstimator
+    from skdp.privacy import planned_spend
+    sr = SRGANTransformer(2, epsilon=5.0)  # would spend 5 if it were fitted; frozen, it is not
+    pipe = make_pipeline(FrozenEstimator(sr), DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1]))
+    assert planned_spend(pipe) == (1.0, 1e-5)

@@ -21,9 +21,12 @@ def pipeline_steps(estimator):
 def nested_estimators(estimator):
     """``estimator`` and every estimator among its parameters, depth first (a tree walk).
 
-    Covers Pipelines, meta-estimators (``TrainOnSynthetic(generator=...)``,
-    searches) and FrozenEstimator, whatever their nesting.
+    Covers Pipelines and meta-estimators (``TrainOnSynthetic(generator=...)``,
+    searches), whatever their nesting. A ``FrozenEstimator`` is not entered: it is
+    not refitted, so nothing inside it runs (or spends) when the composite is fitted.
     """
+    if type(estimator).__name__ == "FrozenEstimator":
+        return
     yield estimator
     if not isinstance(estimator, BaseEstimator):
         return
