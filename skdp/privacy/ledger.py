@@ -22,6 +22,7 @@ exactly the remainder is allowed). Spends must be finite-or-inf numbers
 ``>= 0``; an infinite epsilon (a debugging fit without noise) can be
 recorded only under an infinite cap.
 """
+import contextlib
 import math
 import numbers
 import os
@@ -172,6 +173,21 @@ class BudgetLedger:
             raise FileNotFoundError(f"Cannot open the ledger file {self.path!r} ({exc}); it was "
                                     "deleted or moved after this ledger opened it.") from exc
 
+    @contextlib.contextmanager
+    def _write_transaction(self, create=False):
+        """One connection, one ``BEGIN IMMEDIATE`` transaction: committed if the block ends, rolled back if not."""
+        con = self._connect(create=create)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            con.close()
+
     def _stored_caps(self, con):
         try:
             rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
@@ -194,41 +210,32 @@ class BudgetLedger:
 
     def _open(self, eps_cap, delta_cap):
         """Create the tables, then write the caps (first opener) or compare them (later openers)."""
-        con = self._connect(create=True)
-        try:
-            con.execute("BEGIN IMMEDIATE")  # two first openers must not both write caps
-            try:
-                for statement in _SCHEMA:
-                    con.execute(statement)
-                stored = self._stored_caps(con)
-                if stored is None:
-                    stored = (math.inf if eps_cap is None else eps_cap,
-                              1.0 if delta_cap is None else delta_cap)
-                    con.executemany("INSERT INTO meta VALUES (?, ?)",
-                                    [("epsilon", stored[0]), ("delta", stored[1])])
-                elif ((eps_cap is not None and eps_cap != stored[0])
-                      or (delta_cap is not None and delta_cap != stored[1])):
-                    asked = (stored[0] if eps_cap is None else eps_cap,
-                             stored[1] if delta_cap is None else delta_cap)
-                    raise ValueError(
-                        f"The ledger file {self.path!r} was created with the caps (epsilon={stored[0]!r}, "
-                        f"delta={stored[1]!r}); this BudgetLedger asks for (epsilon={asked[0]!r}, "
-                        f"delta={asked[1]!r}). A budget cannot be changed by reopening its file: open it "
-                        f"with BudgetLedger(path={self.path!r}) to use the stored caps, or use a new "
-                        "file for a new budget."
-                    )
-                # Files written before the CHECK constraints may hold refills or NaNs (NULL).
-                bad = con.execute("SELECT COUNT(*) FROM spends WHERE epsilon IS NULL OR epsilon < 0 "
-                                  "OR delta IS NULL OR delta < 0 OR delta > 1").fetchone()[0]
-                if bad:
-                    raise ValueError(f"The ledger file {self.path!r} holds {bad} invalid spends (NaN or "
-                                     "negative): its total cannot be trusted. Start a new ledger file.")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+        with self._write_transaction(create=True) as con:  # two first openers must not both write caps
+            for statement in _SCHEMA:
+                con.execute(statement)
+            stored = self._stored_caps(con)
+            if stored is None:
+                stored = (math.inf if eps_cap is None else eps_cap,
+                          1.0 if delta_cap is None else delta_cap)
+                con.executemany("INSERT INTO meta VALUES (?, ?)",
+                                [("epsilon", stored[0]), ("delta", stored[1])])
+            elif ((eps_cap is not None and eps_cap != stored[0])
+                  or (delta_cap is not None and delta_cap != stored[1])):
+                asked = (stored[0] if eps_cap is None else eps_cap,
+                         stored[1] if delta_cap is None else delta_cap)
+                raise ValueError(
+                    f"The ledger file {self.path!r} was created with the caps (epsilon={stored[0]!r}, "
+                    f"delta={stored[1]!r}); this BudgetLedger asks for (epsilon={asked[0]!r}, "
+                    f"delta={asked[1]!r}). A budget cannot be changed by reopening its file: open it "
+                    f"with BudgetLedger(path={self.path!r}) to use the stored caps, or use a new "
+                    "file for a new budget."
+                )
+            # Files written before the CHECK constraints may hold refills or NaNs (NULL).
+            bad = con.execute("SELECT COUNT(*) FROM spends WHERE epsilon IS NULL OR epsilon < 0 "
+                              "OR delta IS NULL OR delta < 0 OR delta > 1").fetchone()[0]
+            if bad:
+                raise ValueError(f"The ledger file {self.path!r} holds {bad} invalid spends (NaN or "
+                                 "negative): its total cannot be trusted. Start a new ledger file.")
         return stored
 
     @staticmethod
@@ -362,24 +369,15 @@ class BudgetLedger:
                                          (self.epsilon, self.delta))
                 self._entries.append(entry)
             return
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")  # write lock: no other process checks meanwhile
-            try:
-                # The caps come from the file, inside the transaction: this object's attributes
-                # could be stale or altered, the file is the data owner's record.
-                caps = self._require_caps(con)
-                spent = self._sql_totals(con)
-                con.execute("INSERT INTO spends VALUES (?, ?, ?, ?)", (time.time(), *entry))
-                # Same query as total(): what is checked is what will be reported.
-                if _over(self._sql_totals(con), caps):
-                    self._raise_exceeded(epsilon, delta, spent, caps)
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+        with self._write_transaction() as con:  # write lock: no other process checks meanwhile
+            # The caps come from the file, inside the transaction: this object's attributes
+            # could be stale or altered, the file is the data owner's record.
+            caps = self._require_caps(con)
+            spent = self._sql_totals(con)
+            con.execute("INSERT INTO spends VALUES (?, ?, ?, ?)", (time.time(), *entry))
+            # Same query as total(): what is checked is what will be reported.
+            if _over(self._sql_totals(con), caps):
+                self._raise_exceeded(epsilon, delta, spent, caps)
 
     # ---- copies -------------------------------------------------------------------------
     def __deepcopy__(self, memo):
