@@ -280,16 +280,19 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features) or images
+            Rows shaped like the training rows.
 
         Returns
         -------
-        scores : ndarray of shape (n_samples,) for two classes, else (n_samples, n_classes)
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            The logit difference for two classes (as scikit-learn's binary
+            classifiers), else one logit per class.
         """
         logits = self._forward(X).cpu().numpy()
         return logits[:, 1] - logits[:, 0] if len(self.classes_) == 2 else logits
 
     def predict_proba(self, X):
-        """Class probabilities (softmax of the logits).
+        """Class probabilities: the softmax of the logits, columns in ``classes_`` order.
 
         Parameters
         ----------
