@@ -1,0 +1,102 @@
+"""Every DP-SGD estimator, MI-Face and the audit on a CUDA device (skipped where there is none).
+
+These run on the GPU machine when one is lent (see ``benchmarks/results/cuda_tests.md``); CI has
+no GPU and skips them. They check that the model, the noise and the Poisson lots live on the
+device, that the privacy results are those of a CPU fit, and that a fitted model pickles.
+"""
+import math
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from skdp import DPMomentumClassifier, DPMomentumRegressor, PGEGenerator, PrivacyLeakWarning
+from skdp.attacks import MIFace
+from skdp.audit import one_run_audit
+from skdp.engine import DPSGDEngine
+from skdp.superres import SRGANTransformer
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return (X / 16).astype(np.float32), y
+
+
+@pytest.fixture
+def noise_devices(monkeypatch):
+    """The devices of every generator the DP engine draws noise from during the test."""
+    seen = []
+    init = DPSGDEngine.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.append(self.generator.device.type)
+    monkeypatch.setattr(DPSGDEngine, "__init__", spy)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["linear", "mlp", "cnn"])
+def test_classifier_trains_on_the_device_with_noise_drawn_there(digits, module, noise_devices):
+    X, y = digits
+    clf = DPMomentumClassifier(module=module, device="cuda", max_epochs=2, classes=range(10), random_state=0)
+    clf.fit(X, y)
+    assert next(clf.net_.module_.parameters()).is_cuda
+    assert noise_devices and set(noise_devices) == {"cuda"}
+    assert clf.epsilon_ <= 1.0 and clf.privacy_certified_
+    cpu = DPMomentumClassifier(module=module, max_epochs=2, classes=range(10), random_state=0).fit(X, y)
+    assert clf.epsilon_ == pytest.approx(cpu.epsilon_) and clf.noise_multiplier_ == pytest.approx(cpu.noise_multiplier_)
+    if module != "cnn":  # two epochs of the small CNN on 8x8 digits learn little on any device
+        assert (clf.predict(X) == y).mean() > 0.5
+    restored = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(restored.predict(X), clf.predict(X))
+
+
+def test_regressor_on_the_device(noise_devices):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (2000, 3)).astype(np.float32)
+    y = X @ np.array([0.5, -0.3, 0.2], dtype=np.float32)
+    reg = DPMomentumRegressor(epsilon=2.0, device="cuda", random_state=0).fit(X, y)
+    assert set(noise_devices) == {"cuda"} and reg.epsilon_ <= 2.0
+    assert reg.score(X, y) > 0.5
+
+
+def test_pge_generator_on_the_device(digits, noise_devices):
+    X, y = digits
+    gen = PGEGenerator(epsilon=5.0, bounds=(0, 1), classes=range(10), max_epochs=2, device="cuda", random_state=0)
+    gen.fit(X, y)
+    assert set(noise_devices) == {"cuda"} and gen.epsilon_ <= 5.0 and gen.privacy_certified_
+    Xs, ys = gen.sample(50)
+    assert Xs.shape == (50, 64) and np.isfinite(Xs).all() and set(np.unique(ys)) <= set(range(10))
+
+
+def test_private_srgan_on_the_device(noise_devices):
+    rng = np.random.default_rng(0)
+    X = rng.random((64, 16, 16)).astype(np.float32)
+    sr = SRGANTransformer(scale=2, pretrain_epochs=1, gan_epochs=1, n_filters=8, discriminator_filters=4,
+                          n_residual_blocks=1, batch_size=8, epsilon=5.0, device="cuda", random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        sr.fit(X)
+    assert noise_devices and set(noise_devices) == {"cuda"}
+    assert sr.epsilon_ <= 5.0
+    assert sr.transform(X[:4, ::2, ::2]).shape[1:] in ((16, 16), (256,))
+
+
+def test_miface_and_the_audit_run_on_a_cuda_model(digits):
+    X, y = digits
+    clf = DPMomentumClassifier(device="cuda", epsilon=10.0, max_epochs=5, classes=range(10), random_state=0)
+    clf.fit(X, y)
+    result = MIFace(clf, alpha=20).run(np.arange(2))
+    assert result.reconstructions.shape == (2, 64) and np.isfinite(result.reconstructions).all()
+
+    rng = np.random.default_rng(0)
+    canaries = (rng.random((200, 64)) < 0.3).astype(np.float32)
+    audit = one_run_audit(DPMomentumClassifier(device="cuda", epsilon=2.0, classes=range(10), max_epochs=5),
+                          X[:300], y[:300], canaries, rng.integers(0, 10, 200), n_guesses=20, random_state=1)
+    assert audit.epsilon_lower_bound <= 2.0 and not math.isnan(audit.epsilon_lower_bound)
