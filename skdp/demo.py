@@ -27,7 +27,9 @@ def run_demo(out_dir="skdp-demo", epsilons=DEFAULT_EPSILONS, delta=1e-5, seeds=(
     rows = [("non-private (LogisticRegression)", "-", "-", f"{baseline:.3f}", "-",
              f"{time.perf_counter() - t0:.2f}")]
     print(f"load_digits: {len(Xtr)} train / {len(Xte)} test; DPMomentumClassifier (softmax "
-          f"regression, DP-SGD with momentum), mean over {len(seeds)} seeds")
+          f"regression, DP-SGD with momentum) with its defaults (only epsilon, delta and the public "
+          f"label set given; lot size, epochs and learning rate from public quantities), mean over "
+          f"{len(seeds)} seeds")
     means = []
     for eps in epsilons:
         accs, spent, t0 = [], [], time.perf_counter()
@@ -40,8 +42,11 @@ def run_demo(out_dir="skdp-demo", epsilons=DEFAULT_EPSILONS, delta=1e-5, seeds=(
         means.append(np.mean(accs))
         rows.append(("DPMomentumClassifier", f"{eps:g}", f"{delta:g}",
                      f"{np.mean(accs):.3f} ± {np.std(accs):.3f}", f"{max(spent):.3f}",
-                     f"{(time.perf_counter() - t0) / len(seeds):.2f}"))
-    header = ("model", "target epsilon", "delta", "test accuracy", "certified epsilon spent", "fit seconds")
+                     f"{(time.perf_counter() - t0) / len(seeds):.2f}",
+                     f"{clf.batch_size_} / {clf.max_epochs_} / {clf.lr_:.3g}"))
+    header = ("model", "target epsilon", "delta", "test accuracy", "certified epsilon spent", "fit seconds",
+              "auto lot / epochs / lr")
+    rows[0] = rows[0] + ("-",)
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     for r in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))

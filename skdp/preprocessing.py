@@ -256,3 +256,4 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
         """``transform`` of a tensor; differentiable."""
         z = x if self.center is None else x - torch.as_tensor(np.ravel(self.center), dtype=x.dtype, device=x.device)
         return z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
+from .imaging.scattering import ScatteringTransform  # noqa: E402,F401  (re-exported: the transformers' home)

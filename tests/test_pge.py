@@ -1,4 +1,5 @@
 import math
+import warnings
 import pickle
 
 import numpy as np
@@ -149,9 +150,23 @@ def test_images_with_the_convolutional_network():
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 1, (60, 16))
     y = np.arange(60) % 2
-    gen = PGEGenerator(image_shape=(4, 4), bounds=(0, 1), classes=[0, 1], random_state=0, **SMALL).fit(X, y)
-    assert type(gen.net_.module_).__name__ == "ScoreCNN"
+    gen = PGEGenerator("cnn", image_shape=(4, 4), bounds=(0, 1), classes=[0, 1], random_state=0, **SMALL).fit(X, y)
+    assert type(gen.net_.module_).__name__ == "ScoreCNN" and gen.module_ == "cnn"
     assert gen.sample(5, random_state=0)[0].shape == (5, 16)
+
+
+def test_auto_defaults_follow_the_mechanism():
+    X, y = two_blobs(100)
+    dp = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=0, **SMALL).fit(X, y)
+    assert (dp.module_, dp.lr_, dp.n_projections_) == ("gaussian", 1e-2, 16)
+    assert (dp.module, dp.lr, dp.n_projections) == ("auto", "auto", "auto")  # parameters stay as given
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        rr = PGEGenerator(mechanism="randomized_response", bounds=(-2, 2), classes=[0, 1], random_state=0,
+                          **SMALL).fit(X, y)
+    assert (rr.module_, rr.lr_, rr.n_projections_) == ("mlp", 3e-3, 1)
+    given = PGEGenerator("mlp", lr=0.05, n_projections=2, bounds=(-2, 2), classes=[0, 1], **SMALL).fit(X, y)
+    assert (given.module_, given.lr_, given.n_projections_) == ("mlp", 0.05, 2)
 
 
 def test_reproducible_pickles_and_leaves_global_rng_alone(seeded_noise):

@@ -51,6 +51,18 @@ DP_PARAMETER_DOCS = {
     "batch_size": """batch_size : int or "auto", default={default}
     Expected lot size (lots are Poisson samples of rate ``batch_size / n``).
     "auto" is about ``4 * sqrt(n_samples)``, capped by n_samples.""",
+    "auto_lr": """lr : float or "auto", default={default}
+    Learning rate of SGD with momentum (post-processing of the noisy
+    gradients). "auto" sets it so that the noise accumulated in the weights
+    over the fit has a fixed norm: ``7 * (1 - momentum) * B / (sigma *
+    max_grad_norm * sqrt(steps * n_params))``, at most 1 (rule and the data
+    that chose it: :mod:`skdp.nn._defaults`). The value used is ``lr_``.""",
+    "auto_max_epochs": """max_epochs : int or "auto", default={default}
+    Epochs; an epoch is ``round(n_samples / batch_size)`` Poisson lots.
+    "auto": enough epochs for about 300 lots. The value used is ``max_epochs_``.""",
+    "auto_batch_size": """batch_size : int or "auto", default={default}
+    Expected lot size (lots are Poisson samples of rate ``batch_size / n``).
+    "auto": ``n_samples / 4``. The value used is ``batch_size_``.""",
     "accounting": """accounting : {{"rdp", "prv"}}, default={default}
     Opacus's RDP accountant (certified upper bound) or PRV (tighter, slower).""",
     "clipping": """clipping : {{"auto", "ghost", "vmap"}}, default={default}
@@ -98,6 +110,13 @@ sample_rate_ : float
 n_steps_ : int
     DP-SGD steps (lots) taken, all fits of this estimator together."""
 
+DP_SCHEDULE_ATTRIBUTE_DOCS = """batch_size_ : int
+    Expected lot size used ("auto" resolved).
+max_epochs_ : int
+    Epochs of the first fit ("auto" resolved).
+lr_ : float
+    Learning rate used ("auto" resolved from public quantities)."""
+
 _TOKEN = re.compile(r"^(?P<indent>[ \t]*)\{dp:(?P<name>\w+)(?:=(?P<default>[^}]*))?\}[ \t]*$", re.M)
 
 
@@ -115,10 +134,13 @@ def fill_dp_docs(cls):
         name, indent = match["name"], match["indent"]
         if name == "attributes":
             text = DP_ATTRIBUTE_DOCS
+        elif name == "schedule_attributes":
+            text = DP_SCHEDULE_ATTRIBUTE_DOCS
         else:
             default = match["default"]
             if default is None:
-                default = repr(signature[name].default) if name in signature else "None"
+                param = name[len("auto_"):] if name.startswith("auto_") else name  # auto_lr documents lr
+                default = repr(signature[param].default) if param in signature else "None"
             text = DP_PARAMETER_DOCS[name].format(default=default)
         return "\n".join(indent + line if line else line for line in text.splitlines())
 

@@ -14,10 +14,11 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names, check_is_fitted, validate_data
 
-from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
+from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, warn_if_delta_too_large
+from . import _defaults
 from ._estimator import DPSGDEstimator, fill_dp_docs
 from .modules import module_spec
-from .net import DPNet
+from .net import DPNet, plan_dpsgd
 
 SAMPLE_WEIGHT_REFUSED = (
     "{owner} does not take sample_weight: DP-SGD bounds every record's influence by clipping its gradient "
@@ -50,6 +51,8 @@ class _DPMomentum(DPSGDEstimator):
 
     _parameter_constraints = {
         **DPSGD_CONSTRAINTS,
+        "lr": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
+        "max_epochs": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
         "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
         "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
         "image_shape": [None, tuple],
@@ -104,21 +107,56 @@ class _DPMomentum(DPSGDEstimator):
         if continuing:
             self.net_.partial_fit(X, y_enc, epochs=epochs)
         else:
-            self.net_ = self._make_net(X.shape[1:], resolve_batch_size(self.batch_size, n_samples), n_outputs)
+            self.batch_size_, self.max_epochs_ = self._schedule(n_samples)
+            self.net_ = self._make_net(X.shape[1:], n_samples, n_outputs)
             self.net_.fit(X, y_enc, epochs=epochs)
         self._set_fit_results(self.net_, read_from_data=read_from_data)
         return self
 
-    def _make_net(self, input_shape, batch_size, n_outputs):
+    # -- the schedule: public quantities only (see skdp.nn._defaults for the rules) -------------
+    def _schedule(self, n_samples):
+        """``(batch_size, max_epochs)`` of a fit on ``n_samples`` records, "auto" resolved."""
+        if self.batch_size == "auto":
+            batch_size = _defaults.auto_batch_size(n_samples)
+        elif self.batch_size > n_samples:
+            raise ValueError(f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
+                             "batch_size is the expected Poisson lot size and must be <= n_samples.")
+        else:
+            batch_size = int(self.batch_size)
+        epochs = (_defaults.auto_max_epochs(n_samples, batch_size) if self.max_epochs == "auto"
+                  else int(self.max_epochs))
+        return batch_size, epochs
+
+    def _plan(self, n_samples):
+        batch_size, epochs = self._schedule(n_samples)
+        return batch_size, epochs, self.epsilon, 0.0
+
+    def _resolve_lr(self, module, module_kwargs, n_samples):
+        """``lr`` as given, or the "auto" rule from sigma, the lot size, the steps and the model's size."""
+        if self.lr != "auto":
+            return float(self.lr)
+        if isinstance(module, torch.nn.Module):
+            net_module = module
+        else:  # counted on the meta device: no memory, and the global RNG is left alone
+            with torch.random.fork_rng(devices=[]), torch.device("meta"):
+                net_module = module(**module_kwargs)
+        n_params = sum(p.numel() for p in net_module.parameters() if p.requires_grad)
+        _, n_lots, sigma, _ = plan_dpsgd(n_samples, self.batch_size_, self.max_epochs_, self.epsilon, self.delta,
+                                         self.noise_multiplier, self.accounting)
+        return _defaults.auto_lr(self.batch_size_, n_lots * self.max_epochs_, sigma, n_params, self.momentum,
+                                 self.max_grad_norm)
+
+    def _make_net(self, input_shape, n_samples, n_outputs):
         kwargs = self._net_kwargs()
         module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("module__")}
         module, module_kwargs = module_spec(self.module, input_shape=input_shape, n_classes=n_outputs,
                                             image_shape=self.image_shape, **module_kwargs)
+        self.lr_ = self._resolve_lr(module, module_kwargs, n_samples)
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
         kwargs.setdefault("iterator_valid__batch_size", 1024)
-        return DPNet(module, criterion=self._criterion(), batch_size=batch_size, callbacks=self.callbacks,
-                     **self._dp_net_kwargs(), **kwargs)
+        return DPNet(module, criterion=self._criterion(), batch_size=self.batch_size_, callbacks=self.callbacks,
+                     **self._dp_net_kwargs(lr=self.lr_, max_epochs=self.max_epochs_), **kwargs)
 
     def _forward(self, X):
         check_is_fitted(self)
@@ -160,9 +198,9 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:noise_multiplier}
     momentum : float, default=0.9
         Momentum of SGD (post-processing of the noisy gradients).
-    {dp:lr}
-    {dp:max_epochs}
-    {dp:batch_size}
+    {dp:auto_lr}
+    {dp:auto_max_epochs}
+    {dp:auto_batch_size}
     {dp:accounting}
     {dp:clipping}
     classes : array-like or None, default=None
@@ -185,6 +223,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     classes_ : ndarray of shape (n_classes,)
         The label set (public if ``classes`` was given).
     {dp:attributes}
+    {dp:schedule_attributes}
     net_ : skdp.nn.DPNet
         The fitted skorch net.
     n_features_in_ : int
@@ -209,7 +248,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     _parameter_constraints = {**_DPMomentum._parameter_constraints, "classes": [None, "array-like"]}
 
     def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
-                 noise_multiplier=None, momentum=0.9, lr=0.1, max_epochs=20, batch_size="auto",
+                 noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
                  accounting="rdp", clipping="auto", classes=None, image_shape=None, ledger=None,
                  device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
         self._set_init_params(locals())
@@ -346,9 +385,9 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:noise_multiplier}
     momentum : float, default=0.9
         Momentum of SGD (post-processing of the noisy gradients).
-    {dp:lr=0.05}
-    {dp:max_epochs}
-    {dp:batch_size}
+    {dp:auto_lr}
+    {dp:auto_max_epochs}
+    {dp:auto_batch_size}
     {dp:accounting}
     {dp:clipping}
     image_shape : tuple (H, W) or None, default=None
@@ -368,6 +407,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     n_outputs_ : int
         Number of targets.
     {dp:attributes}
+    {dp:schedule_attributes}
     net_ : skdp.nn.DPNet
         The fitted skorch net.
     n_features_in_ : int
@@ -396,7 +436,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     }
 
     def __init__(self, module="linear", *, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
-                 max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr=0.05, max_epochs=20,
+                 max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
                  batch_size="auto", accounting="rdp", clipping="auto", image_shape=None, ledger=None,
                  device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
         self._set_init_params(locals())

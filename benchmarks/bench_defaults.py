@@ -1,0 +1,188 @@
+"""Defaults that work: each estimator with only the settings a user must give, against the best
+documented configuration and an Opacus MLP.
+
+The user sets epsilon, delta, the label set, the public bounds and public preprocessing; everything
+else is the estimator's default. The default rules were chosen on development data
+(``benchmarks/dev_defaults.py``: the training part of load_digits and synthetic tables), never on
+the test splits below. Mean +- std over seeds; every fit draws fresh noise.
+
+Rows
+- DPMomentumClassifier on load_digits (stratified 80/20, pixels / 8 - 1) and on MNIST 8k / 2k
+  (../shared/data/mnist-t10k, pixels / 127.5 - 1), epsilon 1 and 10, delta 1e-5.
+- the same behind ScatteringTransform (J=2, L=8, per-example group normalisation) on MNIST.
+- ORL faces 14x11 (Downsample(8, "area") -> CenterNormalize(public mean face) -> classifier),
+  image 1 of each subject public, 6 train / 3 test of the other 9, delta 1e-3, epsilon 5 and 10.
+- PGEGenerator on load_digits and breast cancer, epsilon 1: LogisticRegression trained on 10x
+  synthetic records, tested on the real test split.
+- Opacus MLP (hidden 256, Poisson lots of 256, 30 epochs, SGD lr 0.5 momentum 0.9, clip 1) where
+  Opacus is installed, on digits and ORL: the peer library's usual recipe, not tuned here either
+  (on MNIST its per-sample hooks take ~5 minutes a fit on 2 cores; the issue's figures are quoted).
+
+Run: python benchmarks/bench_defaults.py [--seeds 3] [--skip-shared]
+"""
+import argparse
+import math
+import time
+import warnings
+
+import numpy as np
+import torch
+from sklearn.datasets import load_breast_cancer, load_digits
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+
+from _common import SHARED_DATA, environment, markdown_table, write_result
+from skdp import DPMomentumClassifier, PGEGenerator
+from skdp.datasets import load_mnist_folder, load_orl_faces
+from skdp.demo import digits_split
+from skdp.generative import downstream_accuracy
+from skdp.preprocessing import CenterNormalize, Downsample, ScatteringTransform
+
+# Targets of issue 13, and the best documented configuration of each row (where it was measured).
+TARGETS = {("digits", "pixels", 1.0): 0.93, ("digits", "pixels", 10.0): 0.96,
+           ("MNIST 8k", "pixels", 1.0): 0.90, ("MNIST 8k", "pixels", 10.0): 0.94,
+           ("MNIST 8k", "scattering", 1.0): 0.94, ("MNIST 8k", "scattering", 10.0): 0.97,
+           ("ORL 14x11", "public mean face", 5.0): 0.75, ("ORL 14x11", "public mean face", 10.0): 0.88}
+BEST_DOCUMENTED = {("digits", "pixels", 1.0): "0.90 (previous defaults, classifier_accuracy.md)",
+                   ("MNIST 8k", "pixels", 1.0): "0.859 (linear, lots of 1000); Opacus MLP 0.841 (issue 13)",
+                   ("MNIST 8k", "pixels", 10.0): "0.922 (CNN, lots of 1000); Opacus MLP 0.898 (issue 13)",
+                   ("ORL 14x11", "public mean face", 10.0): "0.81 (lr 3.33, 30 epochs, full lots)",
+                   ("digits", "PGE", 1.0): "0.839 (gaussian, lr 0.01, 16 projections)"}
+
+
+def quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def opacus_mlp(Xtr, ytr, Xte, yte, eps, delta, seed, n_classes=10):
+    """The peer's usual recipe: MLP, Poisson lots of 256, 30 epochs, SGD with momentum, clip 1."""
+    from opacus import PrivacyEngine
+
+    g = torch.Generator().manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(Xtr.shape[1], 256), torch.nn.ReLU(), torch.nn.Linear(256, n_classes))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    data = torch.utils.data.TensorDataset(torch.as_tensor(Xtr, dtype=torch.float32), torch.as_tensor(ytr))
+    loader = torch.utils.data.DataLoader(data, batch_size=min(256, len(Xtr)), generator=g)
+    engine = PrivacyEngine()
+    model, opt, loader = engine.make_private_with_epsilon(module=model, optimizer=opt, data_loader=loader,
+                                                          target_epsilon=eps, target_delta=delta, epochs=30,
+                                                          max_grad_norm=1.0, poisson_sampling=True)
+    for _ in range(30):
+        for xb, yb in loader:
+            if len(xb) == 0:
+                continue
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    with torch.no_grad():
+        pred = model(torch.as_tensor(Xte, dtype=torch.float32)).argmax(1).numpy()
+    return float(np.mean(pred == yte))
+
+
+def mnist(seed, X, y):
+    return train_test_split(X, y, train_size=8000, test_size=2000, stratify=y, random_state=seed)
+
+
+def orl_split(target, public, seed):
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for subject in np.unique(target):
+        rest = rng.permutation(np.setdiff1d(np.flatnonzero(target == subject), public))
+        train += list(rest[:6])
+        test += list(rest[6:])
+    return np.array(train), np.array(test)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--skip-shared", action="store_true", help="only scikit-learn's shipped data")
+    args = parser.parse_args()
+    seeds = range(args.seeds)
+    try:
+        import opacus  # noqa: F401
+        have_opacus = True
+    except ImportError:
+        have_opacus = False
+    results = {}  # (data, features, eps, what) -> [accuracy]
+    start = time.perf_counter()
+
+    def add(key, acc):
+        results.setdefault(key, []).append(acc)
+        print(key, f"{acc:.3f}", f"{time.perf_counter() - start:.0f}s", flush=True)
+
+    # -- DPMomentumClassifier on pixels ----------------------------------------------------------
+    splits = [("digits", "pixels", 1e-5, (1.0, 10.0), digits_split)]
+    if not args.skip_shared:
+        Xm, ym = load_mnist_folder(SHARED_DATA / "mnist-t10k")
+        Xm = Xm.reshape(len(Xm), -1) / 127.5 - 1.0
+        splits.append(("MNIST 8k", "pixels", 1e-5, (1.0, 10.0), lambda s: mnist(s, Xm, ym)))
+        # Scattering is row-wise and fixed: transform every image once, then split.
+        Sm = ScatteringTransform().fit(Xm[:1]).transform(Xm)
+        splits.append(("MNIST 8k", "scattering", 1e-5, (1.0, 10.0), lambda s: mnist(s, Sm, ym)))
+    for data, features, delta, epsilons, make in splits:
+        for seed in seeds:
+            Xtr, Xte, ytr, yte = make(seed)
+            for eps in epsilons:
+                clf = quiet(DPMomentumClassifier(epsilon=eps, delta=delta, classes=range(10)).fit, Xtr, ytr)
+                add((data, features, eps, "skdp defaults"), clf.score(Xte, yte))
+                # Opacus's per-sample hooks take ~5 min per MNIST fit here: digits only; MNIST's Opacus
+                # MLP figures (0.841 / 0.898) are the issue's, quoted in the table.
+                if have_opacus and features == "pixels" and data == "digits":
+                    add((data, features, eps, "Opacus MLP"), quiet(opacus_mlp, Xtr, ytr, Xte, yte, eps, delta, seed))
+
+    # -- ORL faces, the thesis's 14x11 pipeline with classifier defaults -------------------------
+    if not args.skip_shared:
+        images, target = load_orl_faces(SHARED_DATA / "orl_faces.npz")
+        public = np.flatnonzero(np.arange(len(target)) % 10 == 0)  # image 1 of each subject
+        low = Downsample(8, method="area").fit(images[:1]).transform(images.astype(np.float32) / 255.0)
+        Z = low.reshape(len(low), -1)
+        norm = CenterNormalize(Z[public].mean(0)).fit(Z[public])
+        Zn = norm.transform(Z)
+        for seed in seeds:
+            train, test = orl_split(target, public, seed)
+            for eps in (5.0, 10.0):
+                clf = quiet(DPMomentumClassifier(epsilon=eps, delta=1e-3, classes=range(40)).fit,
+                            Zn[train], target[train])
+                add(("ORL 14x11", "public mean face", eps, "skdp defaults"), clf.score(Zn[test], target[test]))
+                if have_opacus:
+                    add(("ORL 14x11", "public mean face", eps, "Opacus MLP"),
+                        quiet(opacus_mlp, Zn[train], target[train], Zn[test], target[test], eps, 1e-3, seed, 40))
+
+    # -- PGEGenerator, train on synthetic / test on real -----------------------------------------
+    Xd, yd = load_digits(return_X_y=True)
+    Xb, yb = load_breast_cancer(return_X_y=True)
+    pge_data = [("digits", Xd, yd, (0.0, 16.0), lambda A: A / 16.0),
+                # breast cancer has no public ranges: we take them from the whole set (labelled so).
+                ("breast_cancer (bounds from the data)", Xb, yb, (Xb.min(0), Xb.max(0)), None)]
+    for name, X, y, bounds, scale in pge_data:
+        for seed in seeds:
+            Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
+            gen = quiet(PGEGenerator(epsilon=1.0, bounds=bounds, classes=np.unique(y), random_state=seed).fit,
+                        Xtr, ytr)
+            Xs, ys = gen.sample(10 * len(Xtr), random_state=seed)
+            f = scale or (lambda A: (A - Xtr.mean(0)) / Xtr.std(0))
+            add((name, "PGE", 1.0, "skdp defaults"),
+                quiet(downstream_accuracy, f(Xs), ys, f(Xte), yte, LogisticRegression(max_iter=150)))
+
+    rows = []
+    for (data, features, eps, what), accs in results.items():
+        target = TARGETS.get((data, features, eps))
+        mean = np.mean(accs)
+        verdict = "" if target is None or what != "skdp defaults" else (
+            f">= {target}: {'met' if mean >= target else f'missed by {target - mean:.3f}'}")
+        best = BEST_DOCUMENTED.get((data, features, eps), "") if what == "skdp defaults" else ""
+        rows.append((data, features, f"{eps:g}", what, f"{mean:.3f} ± {np.std(accs):.3f}", len(accs), best,
+                     verdict))
+    table = markdown_table(["data", "features", "epsilon", "estimator", "accuracy", "seeds",
+                            "best documented configuration", "target"], rows)
+    text = (f"# Defaults that work (issue 13)\n\n{environment()}; {args.seeds} seeds; whole benchmark "
+            f"{(time.perf_counter() - start) / 60:.1f} min.\n\n{__doc__.split('Run:')[0]}\n{table}\n")
+    print(text)
+    write_result("defaults.md", text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The "auto" defaults: resolved from public quantities only, stored, and accounted as planned."""
+import math
+import pickle
+
+import numpy as np
+import pytest
+from opacus.accountants import RDPAccountant
+from sklearn.datasets import load_digits
+
+from skdp import DPMomentumClassifier, DPMomentumRegressor
+from skdp.nn import _defaults
+from skdp.preprocessing import ScatteringTransform
+from skdp.privacy.accounting import RDP_ORDERS, PrivacyAccountant
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return X[:600] / 8 - 1, y[:600]
+
+
+def test_auto_schedule_is_stored_and_the_parameters_stay_auto(digits):
+    X, y = digits
+    clf = DPMomentumClassifier(epsilon=1.0, classes=range(10), random_state=0).fit(X, y)
+    assert (clf.lr, clf.max_epochs, clf.batch_size) == ("auto", "auto", "auto")
+    assert clf.batch_size_ == 150 and clf.max_epochs_ == 75 and clf.n_steps_ == 300
+    # lr = 7 (1 - m) B / (sigma C sqrt(T p)), p = 64 * 10 + 10 weights of the linear model
+    expected = 7 * 0.1 * 150 / (clf.noise_multiplier_ * 1.0 * math.sqrt(300 * 650))
+    assert clf.lr_ == pytest.approx(expected) and clf.net_.lr == clf.lr_
+    given = DPMomentumClassifier(lr=0.2, max_epochs=3, batch_size=50, classes=range(10)).fit(X, y)
+    assert (given.lr_, given.max_epochs_, given.batch_size_) == (0.2, 3, 50)
+
+
+def test_auto_schedule_reads_no_private_value(digits):
+    # Same public shape (n, d, classes), different private values: the same schedule and noise.
+    X, y = digits
+    rng = np.random.default_rng(0)
+    other_X, other_y = rng.uniform(-1, 1, X.shape), rng.permutation(y)
+    a = DPMomentumClassifier(epsilon=1.0, classes=range(10), max_epochs=2).fit(X, y)
+    b = DPMomentumClassifier(epsilon=1.0, classes=range(10), max_epochs=2).fit(other_X, other_y)
+    for name in ("lr_", "batch_size_", "max_epochs_", "noise_multiplier_", "sample_rate_", "epsilon_"):
+        assert getattr(a, name) == getattr(b, name), name
+
+
+def test_planned_spend_of_the_auto_schedule_is_what_the_fit_spends(digits):
+    X, y = digits
+    clf = DPMomentumClassifier(epsilon=0.7, classes=range(10), max_epochs=3)
+    planned, delta = clf._planned_privacy(len(X))
+    clf.fit(X, y)
+    assert planned == pytest.approx(clf.epsilon_) and delta == clf.delta_
+
+
+def test_auto_lr_follows_the_noise_and_the_model_size():
+    base = _defaults.auto_lr(256, 300, 4.0, 1000, 0.9, 1.0)
+    assert _defaults.auto_lr(256, 300, 8.0, 1000, 0.9, 1.0) == pytest.approx(base / 2)  # twice the noise
+    assert _defaults.auto_lr(256, 300, 4.0, 4000, 0.9, 1.0) == pytest.approx(base / 2)  # 4x the parameters
+    assert _defaults.auto_lr(256, 300, 4.0, 1000, 0.9, 2.0) == pytest.approx(base / 2)  # twice the clip
+    assert _defaults.auto_lr(10 ** 6, 1, 1.0, 1, 0.0, 1.0) == _defaults.LR_MAX
+    assert _defaults.auto_lr(256, 300, 0.0, 1000, 0.9, 1.0) > 0  # no noise: sigma taken as 1
+    assert _defaults.auto_batch_size(1) == 1 and _defaults.auto_max_epochs(1000, 250) == 75
+
+
+def test_regressor_auto_defaults_learn_a_linear_target():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (2000, 3))
+    y = X @ [0.5, -0.3, 0.2]
+    reg = DPMomentumRegressor(epsilon=2.0, random_state=0).fit(X, y)
+    assert reg.score(X, y) > 0.5 and reg.lr_ > 0 and reg.batch_size_ == 500
+
+
+# -- the RDP accountant's cache gives Opacus's numbers -------------------------------------------
+@pytest.mark.parametrize("history", [[(1.5, 0.04, 2250)], [(28.7, 0.5, 200)],
+                                     [(1.1, 0.01, 100), (2.0, 0.2, 30), (1.1, 0.01, 50)]])
+def test_cached_rdp_matches_opacus(history):
+    acc = PrivacyAccountant("rdp")
+    reference = RDPAccountant()
+    for sigma, q, n in history:
+        acc.step(sigma, q, n)
+        reference.history.append((sigma, q, n))
+    assert acc.get_epsilon(1e-5) == pytest.approx(reference.get_epsilon(1e-5, alphas=RDP_ORDERS), rel=1e-12)
+
+
+# -- ScatteringTransform: fixed, row-wise, learns nothing from pixels ----------------------------
+def test_scattering_shape_and_rowwise():
+    rng = np.random.default_rng(0)
+    X = rng.random((6, 28 * 28)).astype(np.float32)
+    st = ScatteringTransform().fit(X)
+    F = st.transform(X)
+    assert F.shape == (6, 81 * 7 * 7) and st.output_shape_ == (81, 7, 7) and st.n_channels_ == 81
+    np.testing.assert_allclose(st.transform(X[2:3]), F[2:3], rtol=1e-5, atol=1e-6)  # no row sees another
+    other = ScatteringTransform().fit(rng.random((3, 28 * 28)))  # fit learns only the shape
+    np.testing.assert_array_equal(other.transform(X), F)
+    groups = F.reshape(6, 27, -1)  # each row, each channel group: zero mean, unit variance (up to eps)
+    np.testing.assert_allclose(groups.mean(-1), 0, atol=1e-4)
+    assert np.all(groups.std(-1) <= 1 + 1e-3) and np.all(groups.std(-1) > 0)
+    restored = pickle.loads(pickle.dumps(st))
+    np.testing.assert_allclose(restored.transform(X), F, rtol=1e-6)
+
+
+def test_scattering_images_and_errors():
+    rng = np.random.default_rng(0)
+    imgs = rng.random((2, 16, 12)).astype(np.float32)
+    st = ScatteringTransform(J=2, L=4, n_groups=1).fit(imgs)
+    assert st.transform(imgs).shape == (2, (1 + 8 + 16) * 4 * 3)
+    with pytest.raises(ValueError, match="image_shape"):
+        ScatteringTransform().fit(rng.random((2, 30)))
+    with pytest.raises(ValueError, match="n_groups=5"):
+        ScatteringTransform(n_groups=5).fit(rng.random((2, 28 * 28)))
+    with pytest.raises(ValueError, match="J=3"):
+        ScatteringTransform(J=3).fit(rng.random((2, 4, 4)))
+    raw = ScatteringTransform(normalize="none").fit_transform(rng.random((2, 28 * 28)))
+    assert raw.shape == (2, 3969) and np.isfinite(raw).all()
+
+
+def test_scattering_then_classifier_in_a_pipeline(digits):
+    from sklearn.pipeline import make_pipeline
+
+    X, y = digits
+    pipe = make_pipeline(ScatteringTransform(J=1, L=4, n_groups=5), DPMomentumClassifier(epsilon=5.0, classes=range(10)))
+    pipe.fit(X, y)
+    assert pipe.score(X, y) > 0.5 and pipe[-1].epsilon_ <= 5.0
