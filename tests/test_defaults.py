@@ -119,3 +119,18 @@ def test_scattering_then_classifier_in_a_pipeline(digits):
     pipe = make_pipeline(ScatteringTransform(J=1, L=4, n_groups=5), DPMomentumClassifier(epsilon=5.0, classes=range(10)))
     pipe.fit(X, y)
     assert pipe.score(X, y) > 0.5 and pipe[-1].epsilon_ <= 5.0
+
+
+def test_rms_rows_make_the_fit_independent_of_the_feature_scale(digits, seeded_noise):
+    X, y = digits
+    with seeded_noise():
+        a = DPMomentumClassifier(epsilon=1.0, classes=range(10), max_epochs=3, random_state=0).fit(X, y)
+    with seeded_noise():
+        b = DPMomentumClassifier(epsilon=1.0, classes=range(10), max_epochs=3, random_state=0).fit(100 * X, y)
+    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(100 * X), rtol=1e-4, atol=1e-6)
+    assert a.lr_ == b.lr_
+    zero = np.zeros((1, X.shape[1]))
+    assert np.isfinite(a.predict_proba(zero)).all()
+    raw = DPMomentumClassifier(normalize_rows="none", classes=range(10), max_epochs=1).fit(X, y)
+    assert type(raw.net_.module_).__name__ == "SoftmaxRegression"
+    assert type(a.net_.module_).__name__ == "RowRMSNormalized"

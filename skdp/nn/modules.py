@@ -71,6 +71,27 @@ class SmallCNN(nn.Module):
         return self.head(self.features(X).flatten(1))
 
 
+class RowRMSNormalized(nn.Module):
+    """``module`` applied to each input row rescaled to root-mean-square 1: ``x * sqrt(d) / ||x||``.
+
+    A fixed map of each example on its own (no parameters, no statistics
+    across examples), so it costs no privacy and is differentiable (white-box
+    attacks go through it). It makes a DP-SGD model insensitive to how the
+    features were scaled: the logits move by about ``lr * C * ||x||`` per
+    clipped step, so without it the best learning rate depends on the data's
+    norm, which the "auto" rule must not read. A zero row stays zero.
+    """
+
+    def __init__(self, module, **kwargs):
+        super().__init__()
+        self.inner = module(**kwargs) if isinstance(module, type) else module
+
+    def forward(self, X):
+        flat = X.flatten(1)
+        scale = math.sqrt(flat.shape[1]) / flat.norm(dim=1).clamp_min(1e-12)
+        return self.inner(X * scale.view((-1,) + (1,) * (X.dim() - 1)))
+
+
 MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": SmallCNN}
 
 
