@@ -18,6 +18,7 @@ Xtr, Xte, ytr, yte = train_test_split(X, y, stratify=y, random_state=0)
 clf = DPMomentumClassifier(epsilon=1.0, delta=1e-5, classes=np.arange(10), random_state=0, verbose=1)
 clf.fit(scale_public_range(Xtr), ytr)
 print(f"test accuracy {clf.score(scale_public_range(Xte), yte):.3f} at certified epsilon {clf.epsilon_:.3f}")
+print(f"auto schedule from public quantities: lots of {clf.batch_size_}, {clf.max_epochs_} epochs, lr {clf.lr_:.3g}")
 
 ledger = BudgetLedger(epsilon=20)
 pipe = Pipeline([("scale", FunctionTransformer(scale_public_range)),
