@@ -215,9 +215,10 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         row to root-mean-square 1 (``x * sqrt(n_features) / ||x||``), a fixed
         per-example map that costs no privacy. The logits then have the same
         scale however the features were scaled, which the "auto" learning
-        rate relies on (it was chosen with it, on development data: +0.03 on
-        digits, +0.3 on a faces-like set of unit rows, -0.006 at worst on
-        synthetic tables). "none": rows as given. Your own module is always
+        rate relies on. On development data (``dev_defaults_rows.md``) it
+        changed accuracy by at most 0.013 either way on digits, MNIST and
+        synthetic tables, and added 0.18 to 0.32 on a faces-like set of
+        unit-norm rows. "none": rows as given. Your own module is always
         given the rows as they are.
     {dp:ledger}
     {dp:device}
