@@ -4,7 +4,7 @@ from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .generative import PGEGenerator, TrainOnSynthetic
 from .superres import SRGANTransformer
-from .exceptions import BudgetExceededError, LedgerDetachedError, PrivacyLeakWarning
+from .exceptions import BudgetExceededError, LedgerDetachedError, LedgerUnavailableError, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
                       privacy_spent, search_privacy_cost)
 from .utils.random import insecure_noise_seed
@@ -23,6 +23,7 @@ __all__ = [
     "SRGANTransformer",
     "BudgetExceededError",
     "LedgerDetachedError",
+    "LedgerUnavailableError",
     "PrivacyLeakWarning",
     "BudgetLedger",
     "PrivacyAccountant",

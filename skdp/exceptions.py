@@ -21,6 +21,14 @@ class BudgetExceededError(ValueError):
     """A fit would spend more privacy budget than its ledger has left."""
 
 
+class LedgerUnavailableError(RuntimeError):
+    """The ledger's database (a PostgreSQL server) cannot be reached; nothing was recorded.
+
+    Check-and-spend is one transaction, so a spend cut off by a lost server
+    leaves the ledger as it was; retry once the server is back.
+    """
+
+
 class LedgerDetachedError(RuntimeError):
     """A spend on a copy of an in-memory ``BudgetLedger`` that lives in another process.
 

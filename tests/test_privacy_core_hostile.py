@@ -105,7 +105,7 @@ def test_ledger_infinite_spend_only_under_infinite_cap(make_ledger):
 
 
 def test_charge_does_not_skip_nan_or_delta_only_spends():
-    ledger = BudgetLedger(1.0, 1e-5)
+    ledger = BudgetLedger(epsilon=1.0, delta=1e-5)
     with pytest.raises(ValueError, match="epsilon"):
         charge(ledger, math.nan, 0.0, "nan")
     charge(ledger, 0.0, 1e-6, "delta only")

@@ -27,6 +27,7 @@ never stored on the net.
 """
 import copy
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -353,13 +354,19 @@ class DPNet(NeuralNet):
             if self.ledger is not None:
                 self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
                                   label=f"{self.owner or type(self).__name__}: {n_batches * epochs} steps "
-                                        f"(sigma={sigma:.4g}, q={sample_rate:.4g})")
+                                        f"(sigma={sigma:.4g}, q={sample_rate:.4g})",
+                                  estimator=self.owner or type(self).__name__, params=self._public_params())
             return super().fit_loop(X, y, epochs=epochs, **fit_params)
         finally:
             for name in engines:
                 getattr(self, name).close()
                 delattr(self, name)
             self.__dict__.pop("_lot_rng", None)
+
+    def _public_params(self):
+        """The net's plain parameters (numbers, strings), for the ledger's parameter digest."""
+        return {k: v for k, v in self.get_params(deep=False).items()
+                if isinstance(v, (numbers.Number, str, bool, type(None)))}
 
     def make_engine(self, module, noise_multiplier, expected_batch_size, clipping=None):
         """A ``DPSGDEngine`` for ``module`` drawing noise from the fit's generator."""

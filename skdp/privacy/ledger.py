@@ -4,7 +4,7 @@ Fits record what they spent (basic composition: epsilons and deltas add).
 A ledger survives ``sklearn.base.clone`` (``__deepcopy__`` returns ``self``)
 so all fits of a ``GridSearchCV`` land in one place.
 
-Two kinds of storage:
+Three kinds of storage, behind one small interface (``_STORES``, by URL scheme):
 
 * In memory (``path=None``): one process only. Pickling it (``n_jobs=2``
   sends estimators to worker processes by pickle) or inheriting it by fork
@@ -14,7 +14,19 @@ Two kinds of storage:
 * SQLite (``path="budget.db"``): fits in other processes record into the
   same file under SQLite's own locking. The caps live in the file (table
   ``meta``), so every process checks against the data owner's caps, and a
-  second opener cannot bring a different cap.
+  second opener cannot bring a different cap. ``BudgetLedger("sqlite:///budget.db")`` is the
+  same. Single host: SQLite's locks do not hold over network file systems.
+* PostgreSQL (``BudgetLedger("postgresql://user@host/db")``): processes on any host share one
+  budget. psycopg (v3) directly, not SQLAlchemy: the ledger needs four statements and one row
+  lock, and a second abstraction layer would only hide which lock is taken. Check-and-spend is
+  one transaction that first locks the caps row (``SELECT ... FOR UPDATE``): concurrent spenders
+  queue on that lock, so none can read a total another is about to change; the running totals
+  live in the same row, so a check costs O(1) however long the log. A client killed inside the
+  transaction leaves nothing (the server rolls it back); a lost server raises
+  ``LedgerUnavailableError`` naming the URL, and nothing is recorded.
+
+Every spend records its time, epsilon, delta, label, the estimator that spent it, a digest of
+that estimator's parameters and the host; ``records()`` and ``to_frame()`` list them.
 
 Invariants, whatever is passed to ``spend``: the totals never decrease, are
 never NaN, and never pass the caps (up to a relative 1e-9, so that spending
@@ -23,15 +35,17 @@ exactly the remainder is allowed). Spends must be finite-or-inf numbers
 recorded only under an infinite cap.
 """
 import contextlib
+import hashlib
 import math
 import numbers
 import os
 import pathlib
+import socket
 import sqlite3
 import threading
 import time
 
-from ..exceptions import BudgetExceededError, LedgerDetachedError
+from ..exceptions import BudgetExceededError, LedgerDetachedError, LedgerUnavailableError
 from .accounting import check_real
 
 # Relative slack on the caps: spending exactly the remainder must pass even though
@@ -46,6 +60,17 @@ _SCHEMA = (
     "delta REAL NOT NULL CHECK (delta >= 0 AND delta <= 1), label TEXT)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL)",
 )
+# Columns added after the first release; older files get them on open (NULL for old rows).
+_EXTRA_COLUMNS = (("estimator", "TEXT"), ("params_digest", "TEXT"), ("host", "TEXT"))
+RECORD_FIELDS = ("time", "epsilon", "delta", "label", "estimator", "params_digest", "host")
+
+
+def params_digest(params):
+    """Short SHA-256 digest of a parameter dict (``repr`` of the sorted items), for the ledger's records."""
+    if params is None:
+        return None
+    text = repr(sorted((str(k), repr(v)) for k, v in dict(params).items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _check_cap_epsilon(epsilon):
@@ -96,73 +121,13 @@ def _over(totals, caps):
     return any(not total <= cap * (1 + CAP_TOLERANCE) for total, cap in zip(totals, caps))
 
 
-class BudgetLedger:
-    """Total budget, spends and what remains.
+class _SQLiteStore:
+    """Spends and caps in an SQLite file (one host): ``BEGIN IMMEDIATE`` serialises writers."""
 
-    Parameters
-    ----------
-    epsilon : float or None, default=None
-        Total epsilon the data owner allows, > 0 (``inf`` for no limit).
-        None means: the cap stored in the ledger file ``path`` when it
-        exists, else ``inf``.
-    delta : float or None, default=None
-        Total delta the data owner allows, in [0, 1]. None means: the cap
-        stored in ``path`` when it exists, else 1.0.
-    path : str, os.PathLike or None, default=None
-        SQLite file to record spends and caps in, so processes share one
-        ledger (its directory must exist; the file is created). The first
-        opener writes the caps; a later opener passing different caps is
-        refused (a budget cannot be raised by reopening its file). None
-        keeps the ledger in this process's memory.
+    def __init__(self, path):
+        self.path = path
+        self.where = f"the ledger file {path!r}"
 
-    Attributes
-    ----------
-    epsilon, delta : float
-        The caps (read-only; for a file ledger, those stored in the file).
-    path : str or None
-        Absolute path of the SQLite file.
-
-    Raises
-    ------
-    TypeError, ValueError
-        On a cap that is not a number or out of range, or caps that differ
-        from those stored in ``path``.
-    FileNotFoundError
-        If the directory of ``path`` does not exist.
-
-    Examples
-    --------
-    >>> ledger = BudgetLedger(epsilon=3.0, delta=1e-5)
-    >>> ledger.spend(1.0, 1e-6, label="first fit")
-    >>> ledger.remaining()
-    (2.0, 9e-06)
-    """
-
-    def __init__(self, epsilon=None, delta=None, path=None):
-        eps_cap = None if epsilon is None else _check_cap_epsilon(epsilon)
-        delta_cap = None if delta is None else _check_cap_delta(delta)
-        self.path = None if path is None else _check_path(path)
-        self._entries = []
-        self._lock = threading.Lock()
-        self._owner_pid = os.getpid()
-        self._detached = False
-        if self.path is None:
-            self._epsilon = math.inf if eps_cap is None else eps_cap
-            self._delta = 1.0 if delta_cap is None else delta_cap
-        else:
-            self._epsilon, self._delta = self._open(eps_cap, delta_cap)
-
-    @property
-    def epsilon(self):
-        """Total epsilon allowed (float, read-only)."""
-        return self._epsilon
-
-    @property
-    def delta(self):
-        """Total delta allowed (float, read-only)."""
-        return self._delta
-
-    # ---- SQLite storage -----------------------------------------------------------------
     def _connect(self, create=False):
         # mode=rw: a spend must not silently create an empty file (a fresh, full budget) when
         # the ledger file was deleted or moved after it was opened.
@@ -174,7 +139,7 @@ class BudgetLedger:
                                     "deleted or moved after this ledger opened it.") from exc
 
     @contextlib.contextmanager
-    def _write_transaction(self, create=False):
+    def transaction(self, create=False):
         """One connection, one ``BEGIN IMMEDIATE`` transaction: committed if the block ends, rolled back if not."""
         con = self._connect(create=create)
         try:
@@ -188,7 +153,15 @@ class BudgetLedger:
         finally:
             con.close()
 
-    def _stored_caps(self, con):
+    @contextlib.contextmanager
+    def reading(self):
+        con = self._connect()
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def stored_caps(self, con):
         try:
             rows = dict(con.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.OperationalError as exc:
@@ -201,35 +174,18 @@ class BudgetLedger:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"The ledger file {self.path!r} holds invalid caps {rows}: {exc}") from exc
 
-    def _require_caps(self, con):
-        caps = self._stored_caps(con)
-        if caps is None:
-            raise ValueError(f"The ledger file {self.path!r} has no caps (its meta table is empty): "
-                             "it was altered outside BudgetLedger; spends against it are refused.")
-        return caps
-
-    def _open(self, eps_cap, delta_cap):
+    def open(self, eps_cap, delta_cap):
         """Create the tables, then write the caps (first opener) or compare them (later openers)."""
-        with self._write_transaction(create=True) as con:  # two first openers must not both write caps
+        with self.transaction(create=True) as con:  # two first openers must not both write caps
             for statement in _SCHEMA:
                 con.execute(statement)
-            stored = self._stored_caps(con)
-            if stored is None:
-                stored = (math.inf if eps_cap is None else eps_cap,
-                          1.0 if delta_cap is None else delta_cap)
-                con.executemany("INSERT INTO meta VALUES (?, ?)",
-                                [("epsilon", stored[0]), ("delta", stored[1])])
-            elif ((eps_cap is not None and eps_cap != stored[0])
-                  or (delta_cap is not None and delta_cap != stored[1])):
-                asked = (stored[0] if eps_cap is None else eps_cap,
-                         stored[1] if delta_cap is None else delta_cap)
-                raise ValueError(
-                    f"The ledger file {self.path!r} was created with the caps (epsilon={stored[0]!r}, "
-                    f"delta={stored[1]!r}); this BudgetLedger asks for (epsilon={asked[0]!r}, "
-                    f"delta={asked[1]!r}). A budget cannot be changed by reopening its file: open it "
-                    f"with BudgetLedger(path={self.path!r}) to use the stored caps, or use a new "
-                    "file for a new budget."
-                )
+            have = {row[1] for row in con.execute("PRAGMA table_info(spends)")}
+            for name, kind in _EXTRA_COLUMNS:
+                if name not in have:
+                    con.execute(f"ALTER TABLE spends ADD COLUMN {name} {kind}")
+            stored = _agree_caps(self, self.stored_caps(con), eps_cap, delta_cap,
+                                 lambda caps: con.executemany("INSERT INTO meta VALUES (?, ?)",
+                                                              [("epsilon", caps[0]), ("delta", caps[1])]))
             # Files written before the CHECK constraints may hold refills or NaNs (NULL).
             bad = con.execute("SELECT COUNT(*) FROM spends WHERE epsilon IS NULL OR epsilon < 0 "
                               "OR delta IS NULL OR delta < 0 OR delta > 1").fetchone()[0]
@@ -239,19 +195,274 @@ class BudgetLedger:
         return stored
 
     @staticmethod
-    def _sql_totals(con):
+    def totals(con):
         return tuple(con.execute("SELECT COALESCE(SUM(epsilon), 0.0), COALESCE(SUM(delta), 0.0) "
                                  "FROM spends").fetchone())
+
+    def spend(self, record, check):
+        """Insert ``record`` and call ``check(new_totals, old_totals, caps)`` in one write transaction."""
+        with self.transaction() as con:  # write lock: no other process checks meanwhile
+            # The caps come from the file, inside the transaction: this object's attributes
+            # could be stale or altered, the file is the data owner's record.
+            caps = _require(self, self.stored_caps(con))
+            spent = self.totals(con)
+            con.execute(f"INSERT INTO spends ({', '.join(RECORD_FIELDS)}) VALUES ({', '.join('?' * 7)})",
+                        tuple(record[f] for f in RECORD_FIELDS))
+            # Same query as total(): what is checked is what will be reported.
+            check(self.totals(con), spent, caps)
+
+    def read(self):
+        """``(caps, totals, records)`` from one snapshot."""
+        with self.reading() as con:
+            rows = con.execute(f"SELECT {', '.join(RECORD_FIELDS)} FROM spends ORDER BY rowid").fetchall()
+            return _require(self, self.stored_caps(con)), self.totals(con), [dict(zip(RECORD_FIELDS, r))
+                                                                             for r in rows]
+
+    def read_totals(self):
+        with self.reading() as con:
+            return _require(self, self.stored_caps(con)), self.totals(con)
+
+
+class _PostgresStore:
+    """Spends and caps on a PostgreSQL server: a row lock on the caps serialises check-and-spend."""
+
+    _DDL = (
+        "CREATE TABLE IF NOT EXISTS skdp_budget (id INTEGER PRIMARY KEY CHECK (id = 1), "
+        "epsilon DOUBLE PRECISION NOT NULL, delta DOUBLE PRECISION NOT NULL, "
+        "spent_epsilon DOUBLE PRECISION NOT NULL DEFAULT 0, spent_delta DOUBLE PRECISION NOT NULL DEFAULT 0)",
+        "CREATE TABLE IF NOT EXISTS skdp_spends (id BIGSERIAL PRIMARY KEY, time DOUBLE PRECISION, "
+        "epsilon DOUBLE PRECISION NOT NULL CHECK (epsilon >= 0), "
+        "delta DOUBLE PRECISION NOT NULL CHECK (delta >= 0 AND delta <= 1), label TEXT, estimator TEXT, "
+        "params_digest TEXT, host TEXT)",
+    )
+
+    def __init__(self, url):
+        self.url = url
+        self.where = f"the PostgreSQL ledger at {_redact(url)}"
+        self._con, self._pid = None, None
+
+    def _connection(self):
+        import psycopg
+
+        # One connection per process, kept: connecting costs more than a spend. Dropped on pickling.
+        if self._con is None or self._pid != os.getpid() or self._con.closed:
+            try:
+                self._con = psycopg.connect(self.url, connect_timeout=10)
+            except psycopg.OperationalError as exc:
+                raise LedgerUnavailableError(f"Cannot reach {self.where}: {exc}".strip()) from exc
+            self._pid = os.getpid()
+        return self._con
+
+    @contextlib.contextmanager
+    def transaction(self):
+        import psycopg
+
+        con = self._connection()
+        try:
+            with con.transaction():
+                yield con
+        except psycopg.OperationalError as exc:
+            # The server went away (restart, network): the transaction did not commit, so
+            # nothing was recorded. A new connection is made on the next call.
+            with contextlib.suppress(Exception):
+                con.close()
+            self._con = None
+            raise LedgerUnavailableError(
+                f"Lost {self.where} ({str(exc).strip() or type(exc).__name__}); nothing was recorded. "
+                "Retry once the server is back: the ledger stays consistent.") from exc
+
+    def open(self, eps_cap, delta_cap):
+        import psycopg
+
+        with self.transaction() as con:
+            # Two first openers race to create the tables: serialise them on an advisory lock.
+            con.execute("SELECT pg_advisory_xact_lock(7355608)")
+            for statement in self._DDL:
+                con.execute(statement)
+            row = con.execute("SELECT epsilon, delta FROM skdp_budget WHERE id = 1").fetchone()
+            stored = None if row is None else (_check_cap_epsilon(row[0]), _check_cap_delta(row[1]))
+            return _agree_caps(self, stored, eps_cap, delta_cap, lambda caps: con.execute(
+                "INSERT INTO skdp_budget (id, epsilon, delta) VALUES (1, %s, %s)", caps))
+        raise psycopg.OperationalError  # pragma: no cover - unreachable
+
+    def spend(self, record, check):
+        with self.transaction() as con:
+            # The row lock: every other spender waits here until this transaction ends.
+            row = con.execute("SELECT epsilon, delta, spent_epsilon, spent_delta FROM skdp_budget "
+                              "WHERE id = 1 FOR UPDATE").fetchone()
+            caps = _require(self, None if row is None else (row[0], row[1]))
+            spent = (row[2], row[3])
+            new = con.execute("UPDATE skdp_budget SET spent_epsilon = spent_epsilon + %s, "
+                              "spent_delta = spent_delta + %s WHERE id = 1 RETURNING spent_epsilon, spent_delta",
+                              (record["epsilon"], record["delta"])).fetchone()
+            check(tuple(new), spent, caps)  # raises: the transaction rolls back, nothing recorded
+            con.execute(f"INSERT INTO skdp_spends ({', '.join(RECORD_FIELDS)}) VALUES "
+                        f"({', '.join(['%s'] * 7)})", tuple(record[f] for f in RECORD_FIELDS))
+
+    def read(self):
+        with self.transaction() as con:
+            caps, totals = self._caps_totals(con)
+            rows = con.execute(f"SELECT {', '.join(RECORD_FIELDS)} FROM skdp_spends ORDER BY id").fetchall()
+            return caps, totals, [dict(zip(RECORD_FIELDS, r)) for r in rows]
+
+    def read_totals(self):
+        with self.transaction() as con:
+            return self._caps_totals(con)
+
+    def _caps_totals(self, con):
+        row = con.execute("SELECT epsilon, delta, spent_epsilon, spent_delta FROM skdp_budget WHERE id = 1").fetchone()
+        return _require(self, None if row is None else (row[0], row[1])), (row[2], row[3])
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_con"], state["_pid"] = None, None  # a connection does not travel
+        return state
+
+
+def _redact(url):
+    # user:password@ -> user@ (a password must not land in logs and error messages)
+    if "@" in url and ":" in url.split("://", 1)[-1].split("@", 1)[0]:
+        scheme, rest = url.split("://", 1)
+        user = rest.split("@", 1)[0].split(":", 1)[0]
+        return f"{scheme}://{user}:***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _require(store, caps):
+    if caps is None:
+        raise ValueError(f"{store.where[0].upper()}{store.where[1:]} has no caps (its meta table is empty): "
+                         "it was altered outside BudgetLedger; spends against it are refused.")
+    return caps
+
+
+def _agree_caps(store, stored, eps_cap, delta_cap, write):
+    """The caps to use: ``stored`` if any (refusing different asked caps), else the asked ones, written."""
+    if stored is None:
+        stored = (math.inf if eps_cap is None else eps_cap, 1.0 if delta_cap is None else delta_cap)
+        write(stored)
+        return stored
+    if (eps_cap is not None and eps_cap != stored[0]) or (delta_cap is not None and delta_cap != stored[1]):
+        asked = (stored[0] if eps_cap is None else eps_cap, stored[1] if delta_cap is None else delta_cap)
+        reopen = f"path={store.path!r}" if isinstance(store, _SQLiteStore) else repr(_redact(store.url))
+        raise ValueError(
+            f"{store.where[0].upper()}{store.where[1:]} was created with the caps (epsilon={stored[0]!r}, "
+            f"delta={stored[1]!r}); this BudgetLedger asks for (epsilon={asked[0]!r}, "
+            f"delta={asked[1]!r}). A budget cannot be changed by reopening it: open it "
+            f"with BudgetLedger({reopen}) to use the stored caps, or use a new "
+            "ledger for a new budget.")
+    return stored
+
+
+def _store_from_url(url):
+    """The storage of a ledger URL: ``sqlite:///path`` or ``postgresql://...`` (registry by scheme)."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a string such as 'sqlite:///budget.db' or 'postgresql://user@host/db', "
+                        f"got {url!r}. Pass caps by keyword: BudgetLedger(epsilon=..., delta=...).")
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    if scheme not in _STORES:
+        raise ValueError(f"Unknown ledger URL {_redact(url)!r}: use 'sqlite:///path/to/budget.db' (one host) or "
+                         f"'postgresql://user@host:5432/db' (shared); schemes: {sorted(_STORES)}.")
+    return _STORES[scheme](url)
+
+
+_STORES = {
+    "sqlite": lambda url: _SQLiteStore(_check_path(url.split("://", 1)[1][1:] if url.startswith("sqlite:///")
+                                                   else url.split("://", 1)[1])),
+    "postgresql": _PostgresStore,
+    "postgres": _PostgresStore,
+}
+
+
+class BudgetLedger:
+    """Total budget, spends and what remains.
+
+    Parameters
+    ----------
+    url : str or None, default=None
+        Where the ledger lives: ``"sqlite:///budget.db"`` (a file, one host;
+        the same as ``path=``) or ``"postgresql://user@host:5432/db"`` (a
+        server shared by processes on any host). None: ``path`` or memory.
+    epsilon : float or None, default=None
+        Total epsilon the data owner allows, > 0 (``inf`` for no limit).
+        None means: the cap stored in the ledger's file or database when it
+        exists, else ``inf``.
+    delta : float or None, default=None
+        Total delta the data owner allows, in [0, 1]. None means: the cap
+        stored when it exists, else 1.0.
+    path : str, os.PathLike or None, default=None
+        SQLite file to record spends and caps in, so processes share one
+        ledger (its directory must exist; the file is created). The first
+        opener writes the caps; a later opener passing different caps is
+        refused (a budget cannot be raised by reopening it). None (and no
+        ``url``) keeps the ledger in this process's memory.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The caps (read-only; for a stored ledger, those stored).
+    path : str or None
+        Absolute path of the SQLite file.
+    url : str or None
+        The ledger's URL as given (None for memory or ``path=``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a cap that is not a number or out of range, caps that differ from
+        those stored, or an unknown URL.
+    FileNotFoundError
+        If the directory of ``path`` does not exist.
+    LedgerUnavailableError
+        If the PostgreSQL server cannot be reached.
+
+    Examples
+    --------
+    >>> ledger = BudgetLedger(epsilon=3.0, delta=1e-5)
+    >>> ledger.spend(1.0, 1e-6, label="first fit")
+    >>> ledger.remaining()
+    (2.0, 9e-06)
+    """
+
+    def __init__(self, url=None, *, epsilon=None, delta=None, path=None):
+        eps_cap = None if epsilon is None else _check_cap_epsilon(epsilon)
+        delta_cap = None if delta is None else _check_cap_delta(delta)
+        if url is not None and path is not None:
+            raise ValueError("Give url= or path=, not both (path='budget.db' is url='sqlite:///budget.db').")
+        self.url = url
+        if url is not None:
+            self._store = _store_from_url(url)
+        else:
+            self._store = None if path is None else _SQLiteStore(_check_path(path))
+        self.path = getattr(self._store, "path", None)
+        self._entries = []
+        self._lock = threading.Lock()
+        self._owner_pid = os.getpid()
+        self._detached = False
+        if self._store is None:
+            self._epsilon = math.inf if eps_cap is None else eps_cap
+            self._delta = 1.0 if delta_cap is None else delta_cap
+        else:
+            self._epsilon, self._delta = self._store.open(eps_cap, delta_cap)
+
+    @property
+    def epsilon(self):
+        """Total epsilon allowed (float, read-only)."""
+        return self._epsilon
+
+    @property
+    def delta(self):
+        """Total delta allowed (float, read-only)."""
+        return self._delta
 
     # ---- in-memory storage --------------------------------------------------------------
     @staticmethod
     def _sum(entries):
         # The one summation used both to check a spend and to report totals, so that what
         # was checked is exactly what is reported.
-        return (sum((e[0] for e in entries), 0.0), sum((e[1] for e in entries), 0.0))
+        return (sum((e["epsilon"] for e in entries), 0.0), sum((e["delta"] for e in entries), 0.0))
 
     def _require_attached(self):
-        if self.path is None and (self._detached or os.getpid() != self._owner_pid):
+        if self._store is None and (self._detached or os.getpid() != self._owner_pid):
             raise LedgerDetachedError(
                 "This in-memory BudgetLedger was copied into another process or unpickled: it is a "
                 "read-only snapshot, and spends recorded here would be lost to the original ledger. "
@@ -260,29 +471,31 @@ class BudgetLedger:
             )
 
     # ---- public API ---------------------------------------------------------------------
+    def records(self):
+        """Every spend, oldest first, as dicts with ``time``, ``epsilon``, ``delta``, ``label``,
+        ``estimator``, ``params_digest`` and ``host``."""
+        if self._store is None:
+            with self._lock:
+                return [dict(e) for e in self._entries]
+        return self._store.read()[2]
+
+    def to_frame(self):
+        """The records as a pandas DataFrame (one row per spend; needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.records(), columns=list(RECORD_FIELDS))
+
     @property
     def entries(self):
         """List of ``(epsilon, delta, label)`` spends, oldest first."""
-        if self.path is None:
-            with self._lock:
-                return list(self._entries)
-        con = self._connect()
-        try:
-            rows = con.execute("SELECT epsilon, delta, label FROM spends ORDER BY rowid").fetchall()
-        finally:
-            con.close()
-        return [tuple(r) for r in rows]
+        return [(r["epsilon"], r["delta"], r["label"]) for r in self.records()]
 
     def total(self):
         """``(epsilon, delta)`` spent so far, by basic composition (sums of the spends)."""
-        if self.path is None:
+        if self._store is None:
             with self._lock:
                 return self._sum(self._entries)
-        con = self._connect()
-        try:
-            return self._sql_totals(con)
-        finally:
-            con.close()
+        return tuple(self._store.read_totals()[1])
 
     def remaining(self):
         """``(epsilon, delta)`` still allowed: cap minus total, at least 0 (inf under an inf cap)."""
@@ -321,20 +534,16 @@ class BudgetLedger:
         """
         epsilon, delta = _check_spend(epsilon, delta)
         self._require_attached()
-        if self.path is None:
+        if self._store is None:
             with self._lock:
                 spent, caps = self._sum(self._entries), (self.epsilon, self.delta)
         else:
-            con = self._connect()
-            try:
-                spent, caps = self._sql_totals(con), self._require_caps(con)
-            finally:
-                con.close()
+            caps, spent = self._store.read_totals()
         if _over((spent[0] + epsilon, spent[1] + delta), caps):
             self._raise_exceeded(epsilon, delta, spent, caps)
 
-    def spend(self, epsilon, delta, label=""):
-        """Check and record a spend atomically (across processes when ``path`` is set).
+    def spend(self, epsilon, delta, label="", *, estimator=None, params=None):
+        """Check and record a spend atomically (across processes for a stored ledger).
 
         Parameters
         ----------
@@ -346,6 +555,10 @@ class BudgetLedger:
             Delta spent, in [0, 1].
         label : str, default=""
             What spent it, for the record.
+        estimator : str or None, default=None
+            Name of the estimator that spent it (recorded).
+        params : dict or None, default=None
+            Its parameters; a digest of them is recorded (``params_digest``).
 
         Raises
         ------
@@ -355,29 +568,26 @@ class BudgetLedger:
             If the spend would pass a cap; nothing is recorded.
         LedgerDetachedError
             On a detached copy of an in-memory ledger (see the class docstring).
+        LedgerUnavailableError
+            If the PostgreSQL server is lost; nothing is recorded.
         """
         epsilon, delta = _check_spend(epsilon, delta)
-        label = str(label)
+        record = {"time": time.time(), "epsilon": epsilon, "delta": delta, "label": str(label),
+                  "estimator": None if estimator is None else str(estimator),
+                  "params_digest": params_digest(params), "host": socket.gethostname()}
         self._require_attached()
-        entry = (epsilon, delta, label)
-        if self.path is None:
+
+        def check(new_totals, old_totals, caps):
+            # Check the totals that will be reported after the spend, not a re-derivation.
+            if _over(new_totals, caps):
+                self._raise_exceeded(epsilon, delta, old_totals, caps)
+
+        if self._store is None:
             with self._lock:
-                # Check the totals that will be reported after the spend, not a re-derivation.
-                new_totals = self._sum(self._entries + [entry])
-                if _over(new_totals, (self.epsilon, self.delta)):
-                    self._raise_exceeded(epsilon, delta, self._sum(self._entries),
-                                         (self.epsilon, self.delta))
-                self._entries.append(entry)
+                check(self._sum(self._entries + [record]), self._sum(self._entries), (self.epsilon, self.delta))
+                self._entries.append(record)
             return
-        with self._write_transaction() as con:  # write lock: no other process checks meanwhile
-            # The caps come from the file, inside the transaction: this object's attributes
-            # could be stale or altered, the file is the data owner's record.
-            caps = self._require_caps(con)
-            spent = self._sql_totals(con)
-            con.execute("INSERT INTO spends VALUES (?, ?, ?, ?)", (time.time(), *entry))
-            # Same query as total(): what is checked is what will be reported.
-            if _over(self._sql_totals(con), caps):
-                self._raise_exceeded(epsilon, delta, spent, caps)
+        self._store.spend(record, check)
 
     # ---- copies -------------------------------------------------------------------------
     def __deepcopy__(self, memo):
@@ -391,7 +601,7 @@ class BudgetLedger:
     def __getstate__(self):
         with self._lock:
             state = self.__dict__.copy()
-            state["_entries"] = list(self._entries)  # snapshot
+            state["_entries"] = [dict(e) for e in self._entries]  # snapshot
         del state["_lock"]
         return state
 
@@ -401,14 +611,15 @@ class BudgetLedger:
         self._lock = threading.Lock()
         # An unpickled in-memory ledger is a copy, in this process or (n_jobs > 1) another:
         # its spends would never reach the original. It stays readable, spends raise.
-        # A file ledger keeps writing to the shared file.
-        self._detached = self.path is None
+        # A stored ledger keeps writing to the shared file or server.
+        self._detached = self._store is None
 
     def __repr__(self):
         eps, delta = self.total()
-        detached = ", detached" if self.path is None and self._detached else ""
+        detached = ", detached" if self._store is None and self._detached else ""
+        where = f"url={_redact(self.url)!r}" if self.url is not None else f"path={self.path!r}"
         return (f"BudgetLedger(epsilon={self.epsilon}, delta={self.delta}, "
-                f"spent=({eps:.4g}, {delta:.3g}), path={self.path!r}{detached})")
+                f"spent=({eps:.4g}, {delta:.3g}), {where}{detached})")
 
 
 def charge(ledger, epsilon, delta, label):
