@@ -36,9 +36,10 @@ the same weights is at most the largest one (joint quasi-convexity, van Erven
 **Calibration.** Every candidate's noise is calibrated so that one trial alone
 is ``(trial_epsilon, delta)``-DP; ``trial_epsilon`` is bisected until the
 tuned algorithm's epsilon (Theorem 2/6 at every order, then Opacus's RDP ->
-(epsilon, delta) conversion) is at most ``epsilon``. The bisection runs on
-orders up to 256 (a subset: its bound is an upper bound of the bound on all
-``RDP_ORDERS``); the reported ``epsilon_`` is recomputed on all of them.
+(epsilon, delta) conversion) is at most ``epsilon``. The bisection runs on a
+subset of ``RDP_ORDERS`` (mostly integers up to 256; a minimum over fewer
+orders is never smaller); the reported ``epsilon_`` is recomputed on all of
+them, so it is at most the bisection's bound, hence at most ``epsilon``.
 
 **Assumptions**, as everywhere in skdp: the number of records is public (it
 sets DP-SGD's sample rate; here the split sizes too) and timing is not a
@@ -69,8 +70,9 @@ from . import _tuning
 SET_BY_SEARCH = ("epsilon", "noise_multiplier", "delta")
 # Parameters that change a trial's privacy plan (steps, sample rate): finite lists only.
 PLAN_PARAMETERS = ("batch_size", "max_epochs")
-# Orders of the calibration's bisection (a subset of RDP_ORDERS: cheaper, and never optimistic).
-_FAST_ORDERS = tuple(o for o in RDP_ORDERS if o <= 256)
+# Orders of the calibration's bisection: a subset of RDP_ORDERS (the integers up to 256 and a few
+# fractional ones; Opacus's fractional orders cost ~6x more), so its bound is never below the full one.
+_FAST_ORDERS = tuple(o for o in RDP_ORDERS if o <= 256 and (float(o).is_integer() or o in (1.3, 1.5, 1.7, 2.5, 3.5)))
 # Trials whose noise would have to exceed this do not learn: the budget is refused instead.
 MAX_NOISE_MULTIPLIER = 100.0
 # Steps that keep no state learnt from the data: safe in a Pipeline before the DP step.
@@ -392,13 +394,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         orders = np.asarray(_FAST_ORDERS, dtype=float)
         # Each plan's (epsilon at delta) on a grid of sigmas: trial_epsilon -> sigma by interpolation.
         # The interpolation only picks the sigmas; every bound below is computed exactly for them.
-        # (The table uses the integer orders only: cheaper, and it only needs to be roughly right.)
-        grid = np.geomspace(0.2, MAX_NOISE_MULTIPLIER, 40)
-        table_orders = np.asarray([o for o in _FAST_ORDERS if float(o).is_integer()], dtype=float)
+        grid = np.geomspace(0.2, MAX_NOISE_MULTIPLIER, 14)
         tables = {}
         for key, (q, n_steps) in plans.items():
-            eps = [_tuning.rdp_to_epsilon(table_orders, _sgm_rdp(s, q, n_steps, table_orders), delta)[0]
-                   for s in grid]
+            eps = [_tuning.rdp_to_epsilon(orders, _sgm_rdp(s, q, n_steps, orders), delta)[0] for s in grid]
             tables[key] = np.log(np.maximum(np.asarray(eps), 1e-300))
 
         def sigmas_for(trial_eps):
@@ -406,9 +405,11 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             return {key: float(np.exp(np.interp(math.log(trial_eps), t[::-1], np.log(grid)[::-1])))
                     for key, t in tables.items()}
 
-        def tuned(sigmas, orders, score_noise=None):
+        def tuned(sigmas, orders, score_noise=None, curves=None):
             """(epsilon, order, score_noise) of the tuned search with these per-plan sigmas."""
-            base = np.max([_sgm_rdp(sigmas[key], q, n_steps, orders) for key, (q, n_steps) in plans.items()], axis=0)
+            if curves is None:
+                curves = [_sgm_rdp(sigmas[key], q, n_steps, orders) for key, (q, n_steps) in plans.items()]
+            base = np.max(curves, axis=0)
             if score_noise is None:
                 score_noise = (math.sqrt(float(np.max(orders / (2 * base)))) if self.score_noise == "auto"
                                else float(self.score_noise))  # "auto": lambda / (2 s^2) <= base(lambda) everywhere
@@ -428,7 +429,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         if tuned(sigmas_for(hi), orders)[0] <= self.epsilon:
             lo = hi
         for _ in range(60):  # bisection on log(trial_epsilon); lo always meets the target
-            if hi / lo < 1.002:
+            if hi / lo < 1.004:
                 break
             mid = math.sqrt(lo * hi)
             lo, hi = (mid, hi) if tuned(sigmas_for(mid), orders)[0] <= self.epsilon else (lo, mid)
@@ -437,9 +438,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         # The released figures, on every order: at the fast orders the curve is the one the bisection
         # priced, and more orders can only lower a minimum, so this is <= the bisection's bound <= epsilon.
         full = np.asarray(RDP_ORDERS, dtype=float)
-        epsilon, order, _ = tuned(sigmas, full, score_noise)
-        trial_eps = max(_tuning.rdp_to_epsilon(full, _sgm_rdp(sigmas[k], q, n, full), delta)[0]
-                        for k, (q, n) in plans.items())
+        curves = [_sgm_rdp(sigmas[key], q, n_steps, full) for key, (q, n_steps) in plans.items()]
+        epsilon, order, _ = tuned(sigmas, full, score_noise, curves)
+        trial_eps = max(_tuning.rdp_to_epsilon(full, curve, delta)[0] for curve in curves)
         return sigmas, score_noise, epsilon, order, trial_eps
 
     # -- fit ------------------------------------------------------------------------------------
@@ -459,9 +460,6 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         self : PrivateSearchCV
             The fitted search.
         """
-        if not math.isfinite(self.epsilon):
-            raise ValueError(f"epsilon={self.epsilon!r}: PrivateSearchCV needs a finite budget; without privacy "
-                             "use GridSearchCV or RandomizedSearchCV.")
         self._check_scoring()
         if not is_classifier(self.estimator):
             raise ValueError(f"PrivateSearchCV scores trials by noisy accuracy and needs a classifier; got "
