@@ -268,7 +268,7 @@ def _search_audit(cls):
     idx = rng.permutation(len(X))[:200]
     canaries = (rng.random((1000, 64)) < 0.3).astype(float)
     clf = DPMomentumClassifier(classes=range(10), random_state=0, module="mlp", module__hidden_sizes=(512,),
-                               max_epochs=30, lr=0.5, batch_size=64)
+                               max_epochs=15, lr=0.5, batch_size=64)
     search = cls(clf, {"lr": [0.5]}, epsilon=2.0, n_trials_mean=1.5, validation_fraction=0.05, random_state=0)
     return quiet(one_run_audit, search, X[idx] / 16, y[idx], canaries, rng.integers(0, 10, 1000),
                  n_guesses=100, random_state=1)
