@@ -1,7 +1,6 @@
 """PrivateSearchCV: a search whose choice is itself DP (Papernot & Steinke's random stopping)."""
 import math
 import pickle
-import warnings
 
 import numpy as np
 import pytest
@@ -203,6 +202,29 @@ def test_classes_read_from_the_data_warn_and_are_not_certified(blobs):
     with pytest.warns(PrivacyLeakWarning, match="label set"):
         search = _search(estimator=_clf(classes=None)).fit(X, y)
     assert not search.privacy_certified_ and "classes read from the private data" in search.privacy_notes_
+
+
+def test_auto_score_noise_is_free_and_a_small_one_is_not():
+    """"auto" puts the score's RDP under the training's: the split is as if the score had no cost."""
+    plans = {(32, 2): (32 / 240, 16), (64, 2): (64 / 240, 8)}
+
+    def split(score_noise):
+        search = _search(score_noise=score_noise)
+        return search._calibrate(plans, search._law())
+
+    _, auto_noise, auto_eps, _, auto_trial = split("auto")
+    _, _, _, _, free_trial = split(1e6)  # a score so noisy it costs nothing
+    _, _, _, _, costly_trial = split(3.0)  # below auto (about 3.4 here): the score now costs
+    assert auto_eps <= 2.0 and auto_trial == pytest.approx(free_trial, rel=0.01)
+    assert costly_trial < 0.99 * auto_trial and 3.0 < auto_noise < 20
+    with pytest.raises(ValueError, match="score_noise=0.5 alone costs"):
+        split(0.5)
+
+
+def test_refuses_a_mean_of_one_trial_for_the_negative_binomial(blobs):
+    X, y = blobs
+    with pytest.raises(ValueError, match="n_trials_mean=1"):
+        _search(n_trials_mean=1).fit(X, y)
 
 
 # -- refusals ------------------------------------------------------------------------------------

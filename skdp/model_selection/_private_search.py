@@ -356,7 +356,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             return []
         leaky = []
         for name, step in template.steps:
-            if step is dp_step or step in (None, "passthrough") or type(step).__name__ in ("FrozenEstimator",) + _STATELESS:
+            if step is dp_step or step in (None, "passthrough"):
+                continue
+            if type(step).__name__ in ("FrozenEstimator",) + _STATELESS:
                 continue
             if "epsilon" not in step.get_params(deep=False):
                 leaky.append(name)
@@ -421,6 +423,14 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         lo = min(float(np.exp(t.min())) for t in tables.values())  # every plan at the largest noise
         hi = max(float(np.exp(t.max())) for t in tables.values())  # every plan at the smallest noise
         if tuned(sigmas_for(lo), orders)[0] > self.epsilon:
+            if self.score_noise != "auto":
+                alone = _tuning.random_stopping_epsilon(orders, orders / (2 * float(self.score_noise) ** 2), delta,
+                                                        self.distribution, **law)[0]
+                if alone > self.epsilon:
+                    raise ValueError(
+                        f"epsilon={self.epsilon:g} is too small to pay for one trial: score_noise="
+                        f"{self.score_noise:g} alone costs epsilon {alone:.3g} over the trials. Raise score_noise "
+                        "(or use 'auto') or raise epsilon.")
             raise ValueError(
                 f"epsilon={self.epsilon:g} is too small to pay for one trial: with n_trials_mean="
                 f"{self.n_trials_mean:g}, the search would need a noise multiplier above "
@@ -491,10 +501,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         warn_if_delta_too_large(self.delta, n, type(self).__name__)
 
         # 2. The privacy plan and the calibration (public quantities only).
-        law = self._law() if self.distribution == "poisson" or self.n_trials_mean > 1 else None
-        if law is None:
+        if self.distribution != "poisson" and not self.n_trials_mean > 1:
             raise ValueError(f"n_trials_mean={self.n_trials_mean!r}: the truncated negative binomial has E[K] > 1; "
                              "use a larger mean or distribution='poisson'.")
+        law = self._law()
         if step is None:  # declared public: nothing to calibrate, nothing certified
             sigmas, score_noise, epsilon, order, trial_eps = None, 0.0, math.inf, None, math.inf
             notes.append("the estimator is not differentially private (public_estimator=True)")
