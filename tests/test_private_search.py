@@ -306,3 +306,11 @@ def test_search_audit_catches_trials_without_noise():
     result = _search_audit(_NoiselessSearch)
     assert result.claimed_epsilon <= 2.0  # the twin claims the same budget ...
     assert result.epsilon_lower_bound >= 1.0  # ... and the audit refutes it
+
+
+def test_seeded_noise_is_not_certified(blobs, seeded_noise):
+    X, y = blobs
+    with seeded_noise(0):
+        search = _search().fit(X, y)
+    assert search.noise_seeded_ and not search.privacy_certified_
+    assert "noise seeded by insecure_noise_seed" in search.privacy_notes_

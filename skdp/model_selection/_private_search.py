@@ -7,8 +7,11 @@ differential privacy"; the theorems and formulas are in
 :mod:`skdp.model_selection._tuning`):
 
 1. Every record goes to a validation split by an independent coin of public
-   probability ``validation_fraction`` (drawn once, from ``random_state``; it
-   never looks at the data).
+   probability ``validation_fraction``, drawn once from fresh OS entropy. It
+   never looks at the data, and it is not derived from ``random_state``: coins
+   tied to row positions by a public seed would move other records between the
+   splits when a record is inserted in the middle, and the analysis below
+   needs every other record's coin to be the same on both neighbours (in law).
 2. ``K`` is drawn from a truncated negative binomial (Theorem 2) or a Poisson
    law (Theorem 6) with mean ``n_trials_mean``, from fresh OS entropy, and
    kept secret.
@@ -175,8 +178,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
     n_jobs : int or None, default=None
         Trials trained in parallel (joblib).
     random_state : int, Generator or None, default=None
-        Seeds the validation coins. The mechanism's randomness (``K``, the
-        candidates, all noise) is fresh OS entropy, never derived from it.
+        Seeds non-mechanism randomness only: the initialisation of trials whose
+        DP estimator has ``random_state=None`` (each trial its own seed). The
+        mechanism's randomness (the split coins, ``K``, the candidates, all
+        noise) is fresh OS entropy, never derived from it.
     verbose : int, default=0
         1 prints each trial's parameters on the curator's console (not stored).
 
@@ -490,9 +495,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                          "what they learn is released with the model and not covered.")
             notes.append(f"Pipeline step(s) {leaky} learn from the data without DP")
 
-        # 1. The split: an independent public coin per record (never looks at X or y).
-        split_rng = make_rng(self.random_state)
-        in_val = split_rng.random(n) < self.validation_fraction
+        # 1. The split: an independent coin per record, of public probability, from fresh entropy (the
+        #    mechanism's randomness from here on: coins, K, candidates and score noise; never stored).
+        rng = mechanism_rng(self)
+        in_val = rng.random(n) < self.validation_fraction
         train_idx, val_idx = np.flatnonzero(~in_val), np.flatnonzero(in_val)
         if len(train_idx) < 2 or len(val_idx) < 1:
             raise ValueError(f"validation_fraction={self.validation_fraction:g} leaves {len(train_idx)} training "
@@ -522,7 +528,6 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         charge(self.ledger, epsilon, 0.0 if math.isinf(epsilon) else float(self.delta), type(self).__name__)
 
         # 4. The secret number of trials and their candidates: mechanism randomness.
-        rng = mechanism_rng(self)
         if self.distribution == "poisson":
             k = int(rng.poisson(self.n_trials_mean))
             if k == 0:
@@ -545,10 +550,14 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         X_val, y_val = _index(X, val_idx), _index(y, val_idx)
         noise_off = type(self)._noise_off_for_audit
         trials, planned = [], []
+        init_rng = make_rng(self.random_state)  # initialisation only (not mechanism randomness)
         for _, params in chosen:
             trial = clone(template).set_params(**params)
+            init_seed = int(init_rng.integers(2 ** 31 - 1))
             if step is not None:
                 s = trial if not prefix else trial.get_params(deep=True)[prefix[:-2]]
+                if "random_state" in s.get_params(deep=False) and s.random_state is None:
+                    s.set_params(random_state=init_seed)
                 batch_size, epochs, *_ = s._plan(n_train)
                 key = (n_train if batch_size == -1 else int(batch_size), int(epochs))
                 sigma = 0.0 if noise_off else sigmas[key]
