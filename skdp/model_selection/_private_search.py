@@ -234,11 +234,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
     >>> from sklearn.datasets import load_digits
     >>> from skdp import DPMomentumClassifier, PrivateSearchCV
     >>> X, y = load_digits(return_X_y=True)
-    >>> search = PrivateSearchCV(DPMomentumClassifier(classes=range(10), max_epochs=5),
-    ...                          {"lr": [0.1, 0.5], "batch_size": [64, 128]}, epsilon=1.0,
-    ...                          n_trials_mean=3, random_state=0).fit(X / 16, y)
+    >>> search = PrivateSearchCV(DPMomentumClassifier(classes=range(10), max_epochs=2, batch_size=256),
+    ...                          {"lr": [0.05, 0.2]}, epsilon=1.0, n_trials_mean=2).fit(X / 16, y)
     >>> search.epsilon_ <= 1.0, sorted(search.best_params_)
-    (True, ['batch_size', 'lr'])
+    (True, ['lr'])
     """
 
     _parameter_constraints = {
