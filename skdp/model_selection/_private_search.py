@@ -455,6 +455,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         curves = [_sgm_rdp(sigmas[key], q, n_steps, full) for key, (q, n_steps) in plans.items()]
         epsilon, order, _ = tuned(sigmas, full, score_noise, curves)
         trial_eps = max(_tuning.rdp_to_epsilon(full, curve, delta)[0] for curve in curves)
+        if not epsilon <= self.epsilon:  # cannot happen (see above); refuse rather than overspend
+            raise RuntimeError(f"Calibration gave epsilon {epsilon!r} > the budget {self.epsilon!r}; "
+                               "nothing is trained.")
         return sigmas, score_noise, epsilon, order, trial_eps
 
     # -- fit ------------------------------------------------------------------------------------
