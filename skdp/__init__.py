@@ -4,6 +4,7 @@ from .discriminant import DPFisherClassifier
 from .feature_selection import DFSRelease, DPFisherSelector, TTestSelector
 from .generative import PGEGenerator, TrainOnSynthetic
 from .superres import SRGANTransformer
+from .model_selection import PrivateSearchCV
 from .exceptions import BudgetExceededError, LedgerDetachedError, LedgerUnavailableError, PrivacyLeakWarning
 from .privacy import (BudgetLedger, PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon,
                       privacy_spent, search_privacy_cost)
@@ -21,6 +22,7 @@ __all__ = [
     "PGEGenerator",
     "TrainOnSynthetic",
     "SRGANTransformer",
+    "PrivateSearchCV",
     "BudgetExceededError",
     "LedgerDetachedError",
     "LedgerUnavailableError",

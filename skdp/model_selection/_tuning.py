@@ -1,0 +1,151 @@
+"""Random-stopping hyperparameter tuning with Renyi DP (Papernot & Steinke, ICLR 2022): the math.
+
+Pure functions, no estimators: the number of trials ``K``, the RDP of the
+tuned algorithm and the conversion to (epsilon, delta). ``PrivateSearchCV``
+(:mod:`skdp.model_selection._private_search`) is built on them, and a test
+pins them to a value computed by hand.
+
+The algorithm ``A`` runs a randomized algorithm ``Q`` (one trial: pick a
+candidate, train with DP, score with DP) ``K`` times on the same data, ``K``
+drawn from a public distribution and kept secret, and outputs only the best
+``(output, score)`` of the ``K`` runs.
+
+**Theorem 2 (truncated negative binomial).** Let ``Q`` be
+``(lambda, eps(lambda))``-RDP and ``(lambda_hat, eps(lambda_hat))``-RDP with
+``lambda > 1``, ``lambda_hat >= 1``. Let ``eta > -1``, ``0 < gamma < 1`` and
+``K ~ D_{eta,gamma}``,
+``P[K = k] = (1 - gamma)^k / (gamma^-eta - 1) * prod_{l=0}^{k-1} (l + eta) / (l + 1)``
+for ``k >= 1`` (``eta = 0``: the logarithmic distribution,
+``P[K = k] = (1 - gamma)^k / (k log(1/gamma))``). Then ``A`` is
+``(lambda, eps')``-RDP with::
+
+    eps' = eps(lambda) + (1 + eta) (1 - 1/lambda_hat) eps(lambda_hat)
+           + (1 + eta) log(1/gamma) / lambda_hat + log(E[K]) / (lambda - 1),
+
+    E[K] = eta (1 - gamma) / (gamma (1 - gamma^eta))     (eta != 0)
+         = (1/gamma - 1) / log(1/gamma)                 (eta = 0).
+
+``lambda_hat`` is free: we take the minimum over ``lambda_hat`` in
+``{1} + orders`` (at ``lambda_hat = 1`` the second term vanishes; ``Q``'s
+KL divergence is finite for the Gaussian mechanisms used here).
+
+**Theorem 6 (Poisson).** If ``K ~ Poisson(mu)`` (``K = 0`` outputs nothing)
+and ``Q`` is ``(lambda, eps(lambda))``-RDP and ``(eps_hat, delta_hat)``-DP with
+``e^eps_hat <= 1 + 1/(lambda - 1)``, then ``A`` is ``(lambda, eps')``-RDP with::
+
+    eps' = eps(lambda) + mu * delta_hat + log(mu) / (lambda - 1).
+
+``delta_hat`` is read off ``Q``'s RDP curve at
+``eps_hat = log(1 + 1/(lambda - 1))`` by the inverse of the conversion below.
+
+**RDP -> (epsilon, delta)** is Opacus's ``get_privacy_spent`` (Balle et al.
+2020, as ``skdp.privacy.accounting`` uses)::
+
+    epsilon = min_lambda  eps'(lambda) + log((lambda - 1)/lambda) - (log(delta) + log(lambda)) / (lambda - 1).
+"""
+import math
+
+import numpy as np
+from scipy.optimize import brentq
+
+DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
+
+
+def _no_nan(rdp):
+    """The curve with NaN read as inf: no bound at that order (Opacus gives NaN at orders like 2048)."""
+    rdp = np.asarray(rdp, dtype=float)
+    return np.where(np.isnan(rdp), np.inf, rdp)
+
+
+def tnb_expected_trials(eta, gamma):
+    """``E[K]`` of the truncated negative binomial ``D_{eta,gamma}`` (Papernot & Steinke, Section 2)."""
+    if eta == 0:
+        return (1.0 / gamma - 1.0) / math.log(1.0 / gamma)
+    return eta * (1.0 - gamma) / (gamma * (1.0 - gamma ** eta))
+
+
+def tnb_gamma_for_mean(eta, mean):
+    """The ``gamma`` in (0, 1) whose ``D_{eta,gamma}`` has ``E[K] = mean`` (``E[K]`` falls as gamma grows).
+
+    ``mean`` must exceed 1: ``K >= 1`` always, and ``E[K] -> 1`` only as ``gamma -> 1``.
+    """
+    if not mean > 1:
+        raise ValueError(f"n_trials_mean must be > 1 for the truncated negative binomial, got {mean!r}.")
+    return brentq(lambda g: tnb_expected_trials(eta, g) - mean, 1e-15, 1 - 1e-12, xtol=1e-15, rtol=1e-12)
+
+
+def sample_tnb(eta, gamma, rng):
+    """One draw of ``K ~ D_{eta,gamma}`` by inverting its CDF with the pmf recursion.
+
+    ``P[K=1] = (1-gamma) eta / (gamma^-eta - 1)`` (``(1-gamma)/log(1/gamma)`` at
+    ``eta = 0``) and ``P[K=k+1] / P[K=k] = (1-gamma) (k + eta) / (k + 1)``.
+    ``rng`` must be mechanism randomness: ``K`` is part of what the theorem keeps secret.
+    """
+    u = rng.random()
+    p = (1 - gamma) / math.log(1 / gamma) if eta == 0 else (1 - gamma) * eta / (gamma ** -eta - 1)
+    k, cdf = 1, p
+    while cdf < u and p > 1e-300:  # p underflows only where the remaining mass is below float precision
+        p *= (1 - gamma) * (k + eta) / (k + 1)
+        k += 1
+        cdf += p
+    return k
+
+
+def rdp_to_epsilon(orders, rdp, delta):
+    """``(epsilon, order)``: Opacus's conversion (``get_privacy_spent``) of an RDP curve at ``delta``."""
+    orders, rdp = np.asarray(orders, dtype=float), _no_nan(rdp)
+    eps = rdp + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+    eps = np.where(np.isnan(eps), np.inf, eps)  # inf - inf at an unbounded order
+    i = int(np.argmin(eps))
+    return max(0.0, float(eps[i])), float(orders[i])
+
+
+def rdp_to_delta(orders, rdp, epsilon):
+    """Smallest ``delta`` with ``rdp_to_epsilon(orders, rdp, delta) <= epsilon`` (the same conversion, inverted).
+
+    ``log delta = (lambda - 1)(eps(lambda) - epsilon + log(1 - 1/lambda)) - log(lambda)``, minimised
+    over the orders and capped at 1.
+    """
+    orders, rdp = np.asarray(orders, dtype=float), _no_nan(rdp)
+    log_delta = (orders - 1) * (rdp - epsilon + np.log1p(-1 / orders)) - np.log(orders)
+    return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
+
+
+def random_stopping_rdp(orders, rdp, distribution, *, eta=0.0, gamma=None, mu=None):
+    """RDP curve (at ``orders``) of the best of ``K`` runs of a mechanism whose RDP at ``orders`` is ``rdp``.
+
+    Parameters
+    ----------
+    orders : array-like of float
+        RDP orders ``lambda > 1``.
+    rdp : array-like of float
+        The base mechanism's RDP at ``orders``.
+    distribution : {"truncated_negative_binomial", "poisson"}
+        Law of ``K``: Theorem 2 or Theorem 6 of Papernot & Steinke (module docstring).
+    eta, gamma : float
+        Parameters of the truncated negative binomial.
+    mu : float
+        Mean of the Poisson law.
+
+    Returns
+    -------
+    rdp : ndarray
+        ``eps'(lambda)`` at each order.
+    """
+    orders, rdp = np.asarray(orders, dtype=float), _no_nan(rdp)
+    if distribution == "truncated_negative_binomial":
+        # min over lambda_hat of (1+eta)(1 - 1/lambda_hat) eps(lambda_hat) + (1+eta) log(1/gamma) / lambda_hat,
+        # lambda_hat = 1 included (there the first term is 0).
+        hat = (1 + eta) * ((1 - 1 / orders) * rdp + math.log(1 / gamma) / orders)
+        best_hat = min(float(np.min(hat)), (1 + eta) * math.log(1 / gamma))
+        return rdp + best_hat + math.log(tnb_expected_trials(eta, gamma)) / (orders - 1)
+    if distribution == "poisson":
+        # delta_hat at eps_hat = log(1 + 1/(lambda-1)) = log(lambda/(lambda-1)), from Q's own RDP curve.
+        delta_hat = np.array([rdp_to_delta(orders, rdp, math.log(lam / (lam - 1))) for lam in orders])
+        return rdp + mu * delta_hat + math.log(mu) / (orders - 1)
+    raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}.")
+
+
+def random_stopping_epsilon(orders, rdp, delta, distribution, **law):
+    """``(epsilon, order)`` of the tuned algorithm at ``delta``: Theorem 2 or 6, then Opacus's conversion."""
+    return rdp_to_epsilon(orders, random_stopping_rdp(orders, rdp, distribution, **law), delta)
