@@ -182,3 +182,26 @@ def test_grid_search_on_a_dask_cluster_records_every_fit_in_postgres(postgres_se
     # search_privacy_cost bounds each fold's spend over the fold sizes a stratified split can give
     cost = search_privacy_cost(search, n_samples=len(X))[0]
     assert cost * (1 - 0.01) <= ledger.total()[0] <= cost
+
+
+@pytest.mark.slow
+def test_private_search_on_a_dask_cluster_charges_the_postgres_ledger_once(postgres_server):
+    pytest.importorskip("distributed")
+    import joblib
+    from distributed import Client, LocalCluster
+
+    from skdp import PrivateSearchCV
+
+    url = _new_database(postgres_server)
+    ledger = BudgetLedger(url, epsilon=10.0, delta=1e-3)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    search = PrivateSearchCV(DPMomentumClassifier(classes=[0, 1], max_epochs=2), {"lr": [0.05, 0.2]},
+                             epsilon=4.0, delta=1e-5, n_trials_mean=3, ledger=ledger, n_jobs=2)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster), joblib.parallel_backend("dask"):
+        search.fit(X, y)
+    records = ledger.records()
+    assert len(records) == 1 and records[0]["epsilon"] == pytest.approx(search.epsilon_) and search.epsilon_ <= 4.0
+    assert search.predict(X).shape == (400,)
