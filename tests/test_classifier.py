@@ -63,9 +63,10 @@ def test_learns_digits_and_reports_certified_epsilon(digits):
 def test_noise_costs_accuracy(digits):
     # The twin of the accuracy test: the same fit without noise must do clearly better at tiny epsilon.
     Xtr, Xte, ytr, yte = digits
-    noisy = DPMomentumClassifier(epsilon=0.05, classes=range(10), random_state=0).fit(Xtr, ytr)
+    noisy = DPMomentumClassifier(epsilon=0.05, classes=range(10), max_epochs=10, random_state=0).fit(Xtr, ytr)
     with pytest.warns(PrivacyLeakWarning, match="NOT"):
-        clean = DPMomentumClassifier(epsilon=math.inf, classes=range(10), random_state=0).fit(Xtr, ytr)
+        clean = DPMomentumClassifier(epsilon=math.inf, classes=range(10), max_epochs=10,
+                                     random_state=0).fit(Xtr, ytr)
     assert clean.epsilon_ == math.inf and clean.noise_multiplier_ == 0
     assert clean.score(Xte, yte) > noisy.score(Xte, yte) + 0.1
 

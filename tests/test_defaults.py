@@ -116,7 +116,8 @@ def test_scattering_then_classifier_in_a_pipeline(digits):
     from sklearn.pipeline import make_pipeline
 
     X, y = digits
-    pipe = make_pipeline(ScatteringTransform(J=1, L=4, n_groups=5), DPMomentumClassifier(epsilon=5.0, classes=range(10)))
+    pipe = make_pipeline(ScatteringTransform(J=1, L=4, n_groups=5),
+                         DPMomentumClassifier(epsilon=5.0, classes=range(10), max_epochs=20))
     pipe.fit(X, y)
     assert pipe.score(X, y) > 0.5 and pipe[-1].epsilon_ <= 5.0
 
