@@ -16,7 +16,7 @@ from skdp.generative.hmc import hmc_sample
 from skdp.generative.projections import randomized_response_projections
 from conftest import quiet
 
-SMALL = dict(max_epochs=2, hidden_size=8, n_levels=2, n_repeats=1, n_leapfrog=2)
+SMALL = dict(max_epochs=2, hidden_size=8, n_levels=2, n_repeats=1, n_leapfrog=2, n_projections=1)
 
 
 
@@ -35,7 +35,7 @@ def test_sklearn_compatible(estimator, check, seeded_noise):
 
 
 @pytest.mark.slow  # API checks of the meta-estimator (no privacy property): each fits and samples; 60 s
-@parametrize_with_checks([TrainOnSynthetic(PGEGenerator(module="gaussian", epsilon=10, max_epochs=10, lr=5e-2,
+@parametrize_with_checks([TrainOnSynthetic(PGEGenerator(module="gaussian", n_projections=1, epsilon=10, max_epochs=10, lr=5e-2,
                                                         n_repeats=2, random_state=0), random_state=0)])
 def test_sklearn_compatible_train_on_synthetic(estimator, check, seeded_noise):
     with seeded_noise():
@@ -94,7 +94,7 @@ def test_randomized_response_keeps_with_the_paper_probability_and_swaps_among_ne
 # -- the estimator ---------------------------------------------------------------------------
 def test_certified_fit_learns_both_classes_and_samples_within_bounds():
     X, y = two_blobs()
-    gen = PGEGenerator(module="gaussian", epsilon=5, bounds=(-2, 2), classes=[0, 1], max_epochs=30, lr=3e-2,
+    gen = PGEGenerator(module="gaussian", n_projections=1, epsilon=5, bounds=(-2, 2), classes=[0, 1], max_epochs=30, lr=3e-2,
                        random_state=0).fit(X, y)
     assert gen.privacy_certified_ and gen.epsilon_ <= 5 and gen.delta_ == 1e-5
     assert gen.epsilon_ > 4.5  # calibrated, not wasted
@@ -110,7 +110,7 @@ def test_noise_costs_sample_quality():
     X, y = two_blobs()
     gaps = []
     for _ in range(3):  # fresh noise: the median of three fits
-        gen = PGEGenerator(module="gaussian", epsilon=0.05, bounds=(-2, 2), classes=[0, 1], max_epochs=10,
+        gen = PGEGenerator(module="gaussian", n_projections=1, epsilon=0.05, bounds=(-2, 2), classes=[0, 1], max_epochs=10,
                            lr=3e-2, random_state=0).fit(X, y)
         Xs, ys = gen.sample(400, random_state=0)
         # Noisy class counts may leave one class out of the sample altogether: no separation at all.
@@ -157,15 +157,16 @@ def test_images_with_the_convolutional_network():
 
 def test_auto_defaults_follow_the_mechanism():
     X, y = two_blobs(100)
-    dp = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=0, **SMALL).fit(X, y)
+    small = {k: v for k, v in SMALL.items() if k != "n_projections"}  # the defaults are what is tested
+    dp = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=0, **small).fit(X, y)
     assert (dp.module_, dp.lr_, dp.n_projections_) == ("gaussian", 1e-2, 16)
     assert (dp.module, dp.lr, dp.n_projections) == ("auto", "auto", "auto")  # parameters stay as given
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         rr = PGEGenerator(mechanism="randomized_response", bounds=(-2, 2), classes=[0, 1], random_state=0,
-                          **SMALL).fit(X, y)
+                          **small).fit(X, y)
     assert (rr.module_, rr.lr_, rr.n_projections_) == ("mlp", 3e-3, 1)
-    given = PGEGenerator("mlp", lr=0.05, n_projections=2, bounds=(-2, 2), classes=[0, 1], **SMALL).fit(X, y)
+    given = PGEGenerator("mlp", lr=0.05, n_projections=2, bounds=(-2, 2), classes=[0, 1], **small).fit(X, y)
     assert (given.module_, given.lr_, given.n_projections_) == ("mlp", 0.05, 2)
 
 
@@ -216,7 +217,7 @@ def test_sample_before_fit_and_bad_parameters():
 @pytest.mark.slow  # downstream quality: 13 s
 def test_train_on_synthetic_classifies_real_data_and_searches_over_epsilon():
     X, y = two_blobs(200)
-    gen = PGEGenerator(module="gaussian", bounds=(-2, 2), classes=[0, 1], max_epochs=20, lr=3e-2,
+    gen = PGEGenerator(module="gaussian", n_projections=1, bounds=(-2, 2), classes=[0, 1], max_epochs=20, lr=3e-2,
                        random_state=0)
     model = TrainOnSynthetic(gen, random_state=0)
     search = GridSearchCV(model, {"generator__epsilon": [1.0, 8.0]}, cv=2).fit(X, y)
@@ -244,7 +245,7 @@ def _pge_audit(**params):
     rng = np.random.default_rng(0)
     X, y = rng.uniform(0, 1, (100, 2)), np.zeros(100, dtype=int)
     Xc, yc = np.full((m, 2), 0.9), np.arange(1, m + 1)
-    gen = PGEGenerator(module="gaussian", bounds=(0, 1), classes=range(m + 1), max_epochs=10, lr=3e-2,
+    gen = PGEGenerator(module="gaussian", n_projections=1, bounds=(0, 1), classes=range(m + 1), max_epochs=10, lr=3e-2,
                        n_levels=3, random_state=0, **params)
 
     def white_box(fitted, Xc, yc):
