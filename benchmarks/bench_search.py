@@ -89,11 +89,11 @@ def main():
             rows.append((name, f"{eps:g}", *(f"{cell[k][0]:.4f} ± {cell[k][1]:.4f}" for k in "abcd"),
                          f"{max(r['claimed'] for r in runs):.3f}", f"{np.mean([r['trial_eps'] for r in runs]):.3f}",
                          f"{np.mean([r['a_time'] for r in runs]):.0f}",
-                         "; ".join(f"lr={r['best']['lr']}, ep={r['best']['max_epochs']}, "
-                                   f"B={r['best']['batch_size']}" for r in runs)))
+                         "; ".join(f"{r['a']:.3f} (lr={r['best']['lr']}, ep={r['best']['max_epochs']}, "
+                                   f"B={r['best']['batch_size']})" for r in runs)))
             print(rows[-1], flush=True)
     header = ("data", "total ε", "(a) PrivateSearchCV", "(b) defaults", "(c) random candidate",
-              "(d) GridSearchCV, NOT private", "ε_ of (a)", "per-trial ε", "(a) s", "(a) chose (per seed)")
+              "(d) GridSearchCV, NOT private", "ε_ of (a)", "per-trial ε", "(a) s", "(a) per seed: accuracy (choice)")
     text = f"""# Private model selection (`benchmarks/bench_search.py`)
 
 {environment()}. δ = {DELTA:g}, {args.seeds} seeds, total {time.perf_counter() - started:.0f} s.
