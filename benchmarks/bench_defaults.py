@@ -21,7 +21,7 @@ Rows
 Run: python benchmarks/bench_defaults.py [--seeds 3] [--skip-shared]
 """
 import argparse
-import math
+import importlib.util
 import time
 import warnings
 
@@ -37,6 +37,7 @@ from skdp.datasets import load_mnist_folder, load_orl_faces
 from skdp.demo import digits_split
 from skdp.generative import downstream_accuracy
 from skdp.preprocessing import CenterNormalize, Downsample, ScatteringTransform
+from reproduce_thesis import split as thesis_split  # the thesis's public/private protocol, one home
 
 # Targets of issue 13, and the best documented configuration of each row (where it was measured).
 TARGETS = {("digits", "pixels", 1.0): 0.93, ("digits", "pixels", 10.0): 0.96,
@@ -85,27 +86,13 @@ def mnist(seed, X, y):
     return train_test_split(X, y, train_size=8000, test_size=2000, stratify=y, random_state=seed)
 
 
-def orl_split(target, public, seed):
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for subject in np.unique(target):
-        rest = rng.permutation(np.setdiff1d(np.flatnonzero(target == subject), public))
-        train += list(rest[:6])
-        test += list(rest[6:])
-    return np.array(train), np.array(test)
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--skip-shared", action="store_true", help="only scikit-learn's shipped data")
     args = parser.parse_args()
     seeds = range(args.seeds)
-    try:
-        import opacus  # noqa: F401
-        have_opacus = True
-    except ImportError:
-        have_opacus = False
+    have_opacus = importlib.util.find_spec("opacus") is not None
     results = {}  # (data, features, eps, what) -> [accuracy]
     start = time.perf_counter()
 
@@ -142,7 +129,7 @@ def main():
         norm = CenterNormalize(Z[public].mean(0)).fit(Z[public])
         Zn = norm.transform(Z)
         for seed in seeds:
-            train, test = orl_split(target, public, seed)
+            train, test = thesis_split(target, public, seed)
             for eps in (5.0, 10.0):
                 clf = quiet(DPMomentumClassifier(epsilon=eps, delta=1e-3, classes=range(40)).fit,
                             Zn[train], target[train])

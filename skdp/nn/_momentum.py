@@ -14,7 +14,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names, check_is_fitted, validate_data
 
-from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, warn_if_delta_too_large
+from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
 from ._estimator import DPSGDEstimator, fill_dp_docs
 from .modules import RowRMSNormalized, module_spec
@@ -116,13 +116,8 @@ class _DPMomentum(DPSGDEstimator):
     # -- the schedule: public quantities only (see skdp.nn._defaults for the rules) -------------
     def _schedule(self, n_samples):
         """``(batch_size, max_epochs)`` of a fit on ``n_samples`` records, "auto" resolved."""
-        if self.batch_size == "auto":
-            batch_size = _defaults.auto_batch_size(n_samples)
-        elif self.batch_size > n_samples:
-            raise ValueError(f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
-                             "batch_size is the expected Poisson lot size and must be <= n_samples.")
-        else:
-            batch_size = int(self.batch_size)
+        batch_size = (_defaults.auto_batch_size(n_samples) if self.batch_size == "auto"
+                      else resolve_batch_size(self.batch_size, n_samples))
         epochs = (_defaults.auto_max_epochs(n_samples, batch_size) if self.max_epochs == "auto"
                   else int(self.max_epochs))
         return batch_size, epochs

@@ -272,8 +272,6 @@ class _PostgresStore:
                 "Retry once the server is back: the ledger stays consistent.") from exc
 
     def open(self, eps_cap, delta_cap):
-        import psycopg
-
         with self.transaction() as con:
             # Two first openers race to create the tables: serialise them on an advisory lock.
             con.execute("SELECT pg_advisory_xact_lock(7355608)")
@@ -283,7 +281,6 @@ class _PostgresStore:
             stored = None if row is None else (_check_cap_epsilon(row[0]), _check_cap_delta(row[1]))
             return _agree_caps(self, stored, eps_cap, delta_cap, lambda caps: con.execute(
                 "INSERT INTO skdp_budget (id, epsilon, delta) VALUES (1, %s, %s)", caps))
-        raise psycopg.OperationalError  # pragma: no cover - unreachable
 
     def spend(self, record, check):
         with self.transaction() as con:
