@@ -9,7 +9,43 @@ import numpy as np
 
 
 def normalize_image_shape(image_shape, owner, name="image_shape"):
-    """``(C, H, W)`` from ``(H, W)`` or ``(C, H, W)`` of positive ints."""
+    """Return an image shape as ``(C, H, W)``, from ``(H, W)`` or ``(C, H, W)`` of positive ints.
+
+    A two-element shape is a grey image and gets one channel. Anything else
+    raises a ``ValueError`` that names the estimator and the parameter, so a
+    user sees which argument to fix.
+
+    Parameters
+    ----------
+    image_shape : tuple or list of int
+        ``(H, W)`` or ``(C, H, W)``, every entry a positive int.
+    owner : str
+        Name of the caller (e.g. ``"Downsample"``), used in the error message.
+    name : str, default="image_shape"
+        Name of the parameter, used in the error message.
+
+    Returns
+    -------
+    shape : tuple of int
+        ``(C, H, W)``.
+
+    Raises
+    ------
+    ValueError
+        If ``image_shape`` is not two or three positive ints.
+
+    See Also
+    --------
+    as_images : Reshapes data to ``(n, C, H, W)`` with such a shape.
+
+    Examples
+    --------
+    >>> from skdp.imaging import normalize_image_shape
+    >>> normalize_image_shape((112, 92), "Downsample")
+    (1, 112, 92)
+    >>> normalize_image_shape([3, 32, 32], "Downsample")
+    (3, 32, 32)
+    """
     shape = tuple(image_shape)
     if len(shape) == 2:
         shape = (1,) + shape
@@ -19,10 +55,52 @@ def normalize_image_shape(image_shape, owner, name="image_shape"):
 
 
 def as_images(X, image_shape, owner, name="X"):
-    """``(images, layout)``: ``X`` as ``(n, C, H, W)`` and how to give results back.
+    """Return ``X`` as ``(n, C, H, W)`` images and the layout to give results back in.
 
-    ``image_shape`` (``(C, H, W)`` or None) is what flat rows are reshaped to and
-    what image input is checked against.
+    Flat rows ``(n, C*H*W)`` are reshaped to ``image_shape`` (layout
+    ``"flat"``), grey stacks ``(n, H, W)`` get a channel axis (``"grey"``) and
+    batches ``(n, C, H, W)`` are kept (``"nchw"``). Image input is checked
+    against ``image_shape`` when one is given. The data are not copied or
+    converted: the dtype is the caller's.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, C*H*W), (n, H, W) or (n, C, H, W)
+        The images.
+    image_shape : tuple (C, H, W) or None
+        What flat rows are reshaped to and what image input is checked
+        against; None is allowed for image input only.
+    owner : str
+        Name of the caller, used in error messages.
+    name : str, default="X"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    images : ndarray of shape (n, C, H, W)
+        A view of ``X``.
+    layout : {"flat", "grey", "nchw"}
+        The input's layout, for :func:`restore_layout`.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not 2-, 3- or 4-D, or does not match ``image_shape``.
+
+    See Also
+    --------
+    restore_layout : Gives results back in the layout found here.
+    normalize_image_shape : Turns ``(H, W)`` into ``(C, H, W)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdp.imaging import as_images
+    >>> images, layout = as_images(np.zeros((5, 12)), (1, 3, 4), "example")
+    >>> images.shape, layout
+    ((5, 1, 3, 4), 'flat')
+    >>> as_images(np.zeros((5, 3, 4)), None, "example")[1]
+    'grey'
     """
     X = np.asarray(X)
     if X.ndim == 2:
@@ -45,7 +123,38 @@ def as_images(X, image_shape, owner, name="X"):
 
 
 def restore_layout(X4, layout):
-    """Inverse of ``as_images`` for results of another size."""
+    """Give ``(n, C, H, W)`` results back in the layout :func:`as_images` found.
+
+    This inverts :func:`as_images` for results of another image size (a
+    resampled or super-resolved batch): ``"flat"`` flattens each image to a
+    row, ``"grey"`` drops the channel axis (which must be of length 1) and
+    ``"nchw"`` returns the batch as it is.
+
+    Parameters
+    ----------
+    X4 : ndarray of shape (n, C, H, W)
+        The results.
+    layout : {"flat", "grey", "nchw"}
+        The layout returned by :func:`as_images` for the input.
+
+    Returns
+    -------
+    X : ndarray
+        ``X4`` of shape (n, C*H*W), (n, H, W) or (n, C, H, W).
+
+    See Also
+    --------
+    as_images : Finds the layout.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdp.imaging import restore_layout
+    >>> restore_layout(np.zeros((5, 1, 6, 8)), "flat").shape
+    (5, 48)
+    >>> restore_layout(np.zeros((5, 1, 6, 8)), "grey").shape
+    (5, 6, 8)
+    """
     if layout == "flat":
         return X4.reshape(X4.shape[0], -1)
     if layout == "grey":
