@@ -15,6 +15,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .imaging.layout import as_images, normalize_image_shape, restore_layout
 from .imaging.resample import resample, resample_torch
 
+__all__ = ["Downsample", "Upsample", "CenterNormalize", "ScatteringTransform"]
+
 
 class _Resampler(TransformerMixin, BaseEstimator):
     _parameter_constraints = {
@@ -35,7 +37,8 @@ class _Resampler(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        self
+        self : object
+            Fitted transformer.
         """
         X = validate_data(self, X, dtype=np.float32, allow_nd=True)
         shape = None if self.image_shape is None else normalize_image_shape(self.image_shape, type(self).__name__)
@@ -54,7 +57,9 @@ class _Resampler(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        ndarray of float32
+        X_resampled : ndarray of float32
+            The images of shape ``output_shape_``, flat, ``(n, H, W)`` or
+            ``(n, C, H, W)`` as ``X`` was.
         """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float32, allow_nd=True, reset=False)
@@ -62,7 +67,18 @@ class _Resampler(TransformerMixin, BaseEstimator):
         return restore_layout(resample(images, self.output_shape_[1:], self.method), layout)
 
     def torch_transform(self, x):
-        """``transform`` of a tensor of flat rows or ``(n, C, H, W)`` images; differentiable."""
+        """Resample a tensor of flat rows or ``(n, C, H, W)`` images; differentiable.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n, C*H*W) or (n, C, H, W)
+            Float images of ``image_shape_``, on any device.
+
+        Returns
+        -------
+        x_resampled : torch.Tensor
+            Flat rows or ``(n, C, H, W)`` images of ``output_shape_``, as ``x`` was.
+        """
         check_is_fitted(self)
         flat = x.dim() == 2
         images = x.reshape((-1,) + tuple(self.image_shape_)) if flat else x
@@ -72,6 +88,11 @@ class _Resampler(TransformerMixin, BaseEstimator):
 
 class Downsample(_Resampler):
     """Shrink images by an integer ``factor`` (``(H, W) -> (H // factor, W // factor)``).
+
+    A fixed map of each image: ``fit`` learns only the image shape, so the
+    transformer costs no privacy wherever it sits in a ``Pipeline``. With
+    ``factor=8`` it makes 112x92 faces 14x11. ``torch_transform`` is the same
+    map on tensors, differentiable, for white-box attacks through a ``Pipeline``.
 
     Parameters
     ----------
@@ -92,9 +113,15 @@ class Downsample(_Resampler):
     n_features_in_ : int
         Features per input row (``C*H*W`` for flat input).
 
+    See Also
+    --------
+    Upsample : Enlarges images, the bicubic baseline of super-resolution.
+    skdp.superres.SRGANTransformer : Learnt upsampling of downsampled faces.
+
     Examples
     --------
     >>> import numpy as np
+    >>> from skdp.preprocessing import Downsample
     >>> faces = np.random.default_rng(0).random((2, 112, 92))
     >>> Downsample(8).fit_transform(faces).shape
     (2, 14, 11)
@@ -118,6 +145,10 @@ class Downsample(_Resampler):
 class Upsample(_Resampler):
     """Enlarge images by ``factor``, or to ``output_size``: the bicubic baseline of super-resolution.
 
+    A fixed map of each image: ``fit`` learns only the image shape, so it
+    costs no privacy. Interpolation adds no detail: it is the baseline that a
+    learnt super-resolution (``SRGANTransformer``) must beat in PSNR and SSIM.
+
     Parameters
     ----------
     factor : int, default=8
@@ -136,9 +167,15 @@ class Upsample(_Resampler):
     n_features_in_ : int
         Features per input row.
 
+    See Also
+    --------
+    Downsample : Shrinks images; ``Upsample(output_size=...)`` undoes its size.
+    skdp.superres.SRGANTransformer : Learnt super-resolution.
+
     Examples
     --------
     >>> import numpy as np
+    >>> from skdp.preprocessing import Upsample
     >>> Upsample(output_size=(112, 92)).fit_transform(np.zeros((3, 14, 11))).shape
     (3, 112, 92)
     """
@@ -181,9 +218,15 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
     n_features_in_ : int
         Set by ``fit``; ``transform`` also works unfitted (nothing is learnt).
 
+    See Also
+    --------
+    skdp.DPMomentumClassifier : Its gradients are clipped, which unit-norm rows suit.
+    ScatteringTransform : Another fixed feature map that costs no privacy.
+
     Examples
     --------
     >>> import numpy as np
+    >>> from skdp.preprocessing import CenterNormalize
     >>> CenterNormalize(center=[1.0, 1.0]).fit_transform(np.array([[4.0, 5.0]]))
     array([[0.6, 0.8]])
     """
@@ -205,12 +248,14 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Rows of the length of ``center``; only the shape is read.
         y : None
             Ignored.
 
         Returns
         -------
-        self
+        self : object
+            Fitted transformer.
         """
         X = validate_data(self, X, dtype=np.float64)
         self._center(X.shape[1])
@@ -253,7 +298,18 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
         return center
 
     def torch_transform(self, x):
-        """``transform`` of a tensor; differentiable."""
+        """Centre and normalise a tensor of rows; differentiable.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n_samples, n_features)
+            Float rows, on any device.
+
+        Returns
+        -------
+        z : torch.Tensor of shape (n_samples, n_features)
+            Rows of norm 1, of the dtype and on the device of ``x``.
+        """
         z = x if self.center is None else x - torch.as_tensor(np.ravel(self.center), dtype=x.dtype, device=x.device)
         return z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
 from .imaging.scattering import ScatteringTransform  # noqa: E402,F401  (re-exported: the transformers' home)

@@ -85,11 +85,13 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
 
     See Also
     --------
-    skdp.DPMomentumClassifier : a linear model on these features is the paper's recipe.
+    skdp.DPMomentumClassifier : A linear model on these features is the paper's recipe.
+    CenterNormalize : Another fixed per-row map that costs no privacy.
 
     Examples
     --------
     >>> import numpy as np
+    >>> from skdp.preprocessing import ScatteringTransform
     >>> X = np.random.default_rng(0).random((4, 28 * 28))
     >>> ScatteringTransform().fit_transform(X).shape
     (4, 3969)
@@ -134,8 +136,8 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        self : ScatteringTransform
-            The fitted transformer.
+        self : object
+            Fitted transformer.
         """
         X = validate_data(self, X, dtype=np.float32, allow_nd=True)
         shape = None if self.image_shape is None else normalize_image_shape(self.image_shape, type(self).__name__)
@@ -166,7 +168,18 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
         return self._scattering
 
     def torch_transform(self, x):
-        """The transform of a float tensor of images ``(n, C, H, W)`` or flat rows; differentiable."""
+        """Transform a float tensor of images ``(n, C, H, W)`` or flat rows; differentiable.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n, C*H*W) or (n, C, H, W)
+            Float32 images of ``image_shape_``, on ``device``.
+
+        Returns
+        -------
+        features : torch.Tensor of shape (n, prod(output_shape_))
+            The (normalised) scattering coefficients, one flat row per image.
+        """
         check_is_fitted(self)
         images = x.reshape((-1,) + tuple(self.image_shape_))
         out = self._operator()(images).reshape(len(images), *self.output_shape_)
@@ -181,10 +194,12 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like, the layout and image shape seen in ``fit``
+            The images; any numeric dtype (computed in float32).
 
         Returns
         -------
         features : ndarray of shape (n_samples, prod(output_shape_)), float32
+            The (normalised) scattering coefficients, one flat row per image.
         """
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float32, allow_nd=True, reset=False)
