@@ -12,7 +12,44 @@ from ..utils.steps import pipeline_steps
 
 
 def torch_model(estimator):
-    """``x -> class probabilities`` as a torch function of the estimator's input rows."""
+    """Return ``x -> class probabilities`` as a differentiable torch function of the estimator's input rows.
+
+    Each transformer of a ``Pipeline`` must have ``torch_transform`` and the
+    final classifier ``torch_predict_proba``; ``FrozenEstimator`` is looked
+    through and "passthrough" is the identity. This is the white-box path of
+    :class:`MIFace`: gradients flow through every step, e.g. through a
+    super-resolution generator to its low-resolution input.
+
+    Parameters
+    ----------
+    estimator : fitted classifier or Pipeline
+        The model to differentiate.
+
+    Returns
+    -------
+    proba : callable
+        ``proba(x)`` maps a float tensor of input rows to a tensor of class
+        probabilities of shape (n, n_classes).
+
+    Raises
+    ------
+    TorchUnavailableError
+        If a step has no torch path; use a black-box attack instead.
+
+    See Also
+    --------
+    MIFace : The attack that uses it.
+
+    Examples
+    --------
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from skdp.attacks import TorchUnavailableError, torch_model
+    >>> try:
+    ...     torch_model(LogisticRegression())
+    ... except TorchUnavailableError as exc:
+    ...     print(exc)
+    LogisticRegression has no torch_predict_proba; use mode='black_box'.
+    """
     steps = pipeline_steps(estimator)
     *transforms, final = steps
     for step in transforms:
