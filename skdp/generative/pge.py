@@ -65,6 +65,8 @@ class PGEGenerator(DPSGDEstimator):
         when ``image_shape`` is given, "mlp" otherwise. The choice is in
         ``module_``.
     mechanism : {"dpsgd", "randomized_response"}, default="dpsgd"
+        "dpsgd": certified DP-SGD; "randomized_response": the paper's
+        mechanism, which certifies nothing (see above).
     {dp:epsilon}
     {dp:delta}
     k : int, default=10
@@ -79,6 +81,8 @@ class PGEGenerator(DPSGDEstimator):
     hidden_size, n_blocks : int, default=256, 2
         Width (channels for "cnn") and depth of the score network.
     sigma_min : float, default=0.01
+        Smallest noise level of the score network (in the [-1, 1] scale of
+        the inputs); the levels are ``sigma_min * (M / m)**2``, m = 1..M.
     n_levels : int, default=10
         M: noise levels, and sampling rounds of Algorithm 2.
     {dp:max_epochs}
@@ -100,8 +104,14 @@ class PGEGenerator(DPSGDEstimator):
     n_repeats : int, default=5
         Rounds per noise level (Algorithm 2 as printed: 1).
     step_size : float or None, default=None
-        lambda0; None -> 0.3 * sigma_min: each leapfrog step moves about 0.3 noise levels.
+        Leapfrog step lambda0 of the sampler; None takes ``0.3 * sigma_min``:
+        each leapfrog step moves about 0.3 noise levels.
     acceptance : {"hmc", "density"}, default="hmc"
+        Accept/reject test of the sampler, on the log-density change
+        estimated by integrating the score along the leapfrog path
+        (``skdp.generative.hmc``): "hmc" adds the kinetic-energy change (a
+        Metropolis-Hastings test for HMC); "density" is the supplement's
+        printed rule ``min(1, q(x_new) / q(x_old))``.
     {dp:ledger}
     {dp:device}
     verbose : int, default=0
@@ -111,6 +121,7 @@ class PGEGenerator(DPSGDEstimator):
     Attributes
     ----------
     net_ : PGENet
+        The fitted skorch net holding the score network.
     module_ : str
         The score module used ("gaussian", "mlp" or "cnn").
     lr_ : float
@@ -118,24 +129,47 @@ class PGEGenerator(DPSGDEstimator):
     n_projections_ : int
         Projection vectors per example used.
     classes_ : ndarray or None
+        The label set of a class-conditional model (public if ``classes``
+        was given); None when fitted without labels.
     class_prior_ : ndarray or None
-        Noisy class proportions ("dpsgd").
+        Class proportions that :meth:`sample` draws labels from: released
+        with Laplace noise for "dpsgd", read from the data otherwise.
     bounds_ : (lower, upper)
+        The feature range used for scaling and clipping (public if
+        ``bounds`` was given).
     sigmas_ : tuple
+        The noise levels, largest first.
     {dp:attributes}
     n_features_in_ : int
+        Features per record.
+    acceptance_rates_ : ndarray of shape (n_levels,)
+        Mean acceptance rate of the sampler per noise level, set by the last
+        :meth:`sample`.
+
+    See Also
+    --------
+    TrainOnSynthetic : Fits a classifier on this generator's samples.
+    label_entropy : Diversity of the labels of generated samples.
+    downstream_accuracy : Accuracy on real data of a classifier trained on samples.
 
     Examples
     --------
+    A given ``noise_multiplier`` skips the calibration to ``epsilon``; the
+    accountant reports the spend. ``n_repeats=1`` is Algorithm 2 as printed
+    (and quick):
+
     >>> import numpy as np
+    >>> from skdp.generative import PGEGenerator
     >>> rng = np.random.default_rng(0)
-    >>> X = np.r_[rng.normal(-1, 0.2, (300, 2)), rng.normal(1, 0.2, (300, 2))]
-    >>> y = np.repeat([0, 1], 300)
-    >>> gen = PGEGenerator(epsilon=5, bounds=(-2, 2), classes=[0, 1], max_epochs=10, hidden_size=64,
+    >>> X = np.r_[rng.normal(-1, 0.2, (100, 2)), rng.normal(1, 0.2, (100, 2))]
+    >>> y = np.repeat([0, 1], 100)
+    >>> gen = PGEGenerator(noise_multiplier=1.0, bounds=(-2, 2), classes=[0, 1], max_epochs=1, n_repeats=1,
     ...                    random_state=0).fit(X, y)
-    >>> Xs, ys = gen.sample(200, random_state=0)
-    >>> Xs.shape, bool(abs(Xs[ys == 1].mean() - Xs[ys == 0].mean()) > 0.5)
-    ((200, 2), True)
+    >>> round(gen.epsilon_, 2), gen.privacy_certified_
+    (5.33, True)
+    >>> Xs, ys = gen.sample(10, random_state=0)
+    >>> Xs.shape, ys.shape, bool(((Xs >= -2) & (Xs <= 2)).all())
+    ((10, 2), (10,), True)
     """
 
     _parameter_constraints = {
@@ -173,7 +207,26 @@ class PGEGenerator(DPSGDEstimator):
     # -- fit ---------------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Train on private ``X`` (and labels ``y`` for a class-conditional model)."""
+        """Train on private ``X`` (and labels ``y`` for a class-conditional model).
+
+        With ``mechanism="dpsgd"`` the fit spends at most (``epsilon``,
+        ``delta``): ``0.05 * epsilon`` on the class counts (if labelled), the
+        rest on DP-SGD; with a given ``noise_multiplier`` the spend is what
+        the accountant certifies, in ``epsilon_``. The spend is charged to
+        ``ledger`` before training.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Private records, at least 2; clipped to ``bounds``.
+        y : array-like of shape (n_samples,) or None, default=None
+            Private labels, all in ``classes``; None fits an unconditional model.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
         owner = type(self).__name__
         X = validate_data(self, X, dtype=np.float32, ensure_min_samples=2, reset=True) if y is None else \
             validate_data(self, X, y, dtype=np.float32, ensure_min_samples=2, reset=True)[0]

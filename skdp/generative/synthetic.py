@@ -39,13 +39,35 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     generator_, classifier_ : fitted estimators
+        The fitted clone of ``generator`` and the classifier fitted on its
+        samples.
     classes_ : ndarray
+        The generator's label set.
     epsilon_, delta_ : float
         The generator's spend (with a FrozenEstimator: spent when it was fitted).
     privacy_certified_ : bool
         The generator's.
     privacy_notes_ : tuple of str
         The generator's.
+    n_features_in_ : int
+        Features per record.
+
+    See Also
+    --------
+    PGEGenerator : A private generator to train on.
+    downstream_accuracy : The same measure for a synthetic set already drawn.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skdp.generative import PGEGenerator, TrainOnSynthetic
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(-1, 0.2, (100, 2)), rng.normal(1, 0.2, (100, 2))]
+    >>> y = np.repeat([0, 1], 100)
+    >>> gen = PGEGenerator(noise_multiplier=1.0, bounds=(-2, 2), classes=[0, 1], max_epochs=1, n_repeats=1)
+    >>> clf = TrainOnSynthetic(gen, synthetic_ratio=1, random_state=0).fit(X, y)
+    >>> round(clf.epsilon_, 2), clf.predict_proba(X[:3]).shape
+    (5.33, (3, 2))
     """
 
     _parameter_constraints = {
@@ -60,6 +82,24 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, y):
+        """Fit the generator on private ``(X, y)``, then the classifier on its samples.
+
+        Spends what the generator's fit spends; the sampling and the
+        classifier's fit are post-processing. Warns if ``generator`` is
+        already fitted (it is cloned and refitted, spending again).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Private records.
+        y : array-like of shape (n_samples,)
+            Private labels.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
         X, y = validate_data(self, X, y, ensure_min_samples=2)
         if hasattr(self.generator, "epsilon_") and type(self.generator).__name__ != "FrozenEstimator":
             warn_privacy(f"TrainOnSynthetic refits a clone of the fitted {type(self.generator).__name__}: that spends "
@@ -83,10 +123,35 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         return self
 
     def predict(self, X):
+        """Predict labels with the classifier trained on synthetic data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Records to classify.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Predicted labels.
+        """
         check_is_fitted(self)
         return self.classifier_.predict(validate_data(self, X, reset=False))
 
     def predict_proba(self, X):
+        """Predict class probabilities, with a column for every class of ``classes_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Records to classify.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Probabilities in the order of ``classes_``; a class absent from
+            the synthetic set gets probability 0.
+        """
         check_is_fitted(self)
         proba = self.classifier_.predict_proba(validate_data(self, X, reset=False))
         # Classes absent from the synthetic set get probability 0.
