@@ -52,6 +52,7 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
     Parameters
     ----------
     scale : {2, 4, 8}, default=8
+        Super-resolution factor of height and width (log2(scale) x2 stages).
     n_residual_blocks : int, default=5
         The thesis's 5 (Ledig et al. use 16).
     n_filters, discriminator_filters : int, default=64
@@ -75,6 +76,9 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
         Learning rate of the adversarial phase; None is ``lr / 10`` (Ledig et
         al. also lower it tenfold).
     adversarial_weight : float, default=1e-3
+        Weight of the non-saturating adversarial loss ``-log D(G(x))`` beside
+        the content loss in the generator's loss (Ledig et al.: 1e-3); 0
+        trains the adversarial phase on the content loss alone.
     feature_extractor : torch.nn.Module or None, default=None
         Content loss on its features instead of pixels (a perceptual loss, e.g.
         VGG layers loaded by the user). Kept frozen.
@@ -98,17 +102,31 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
     net_ : SRGANNet
         The fitted skorch net; ``net_.history`` holds the log.
     image_shape_, low_res_shape_ : tuple (C, H, W)
+        Shape of one high-resolution training image and of one
+        low-resolution input of ``transform``.
     {dp:attributes}
     images_per_second_ : float
         Training throughput (high-resolution images per second over all steps).
     n_features_in_ : int
+        Features per high-resolution training row.
+
+    See Also
+    --------
+    skdp.preprocessing.Upsample : Bicubic interpolation, the baseline to beat.
+    skdp.preprocessing.Downsample : Makes the low-resolution data it restores.
+    SRGAN : The generator and discriminator trained here.
+    psnr : A quality measure of the super-resolved images.
 
     Examples
     --------
+    Random images and tiny networks, for a quick run (``epsilon=None``: the
+    images are declared public):
+
     >>> import numpy as np
+    >>> from skdp.superres import SRGANTransformer
     >>> faces = np.random.default_rng(0).random((8, 16, 16)).astype("float32")
-    >>> sr = SRGANTransformer(scale=4, n_filters=8, discriminator_filters=8, pretrain_epochs=1,
-    ...                       gan_epochs=1, batch_size=4, random_state=0).fit(faces)
+    >>> sr = SRGANTransformer(scale=4, n_residual_blocks=1, n_filters=4, discriminator_filters=4,
+    ...                       pretrain_epochs=1, gan_epochs=1, batch_size=4, random_state=0).fit(faces)
     >>> sr.transform(faces[:, ::4, ::4]).shape
     (8, 16, 16)
     """
@@ -158,7 +176,25 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
     # -- fit ---------------------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
-        """Train on high-resolution images ``X`` (public unless ``epsilon`` is set)."""
+        """Train on high-resolution images ``X`` (public unless ``epsilon`` is set).
+
+        The low-resolution inputs are made from ``X`` by ``degradation``; the
+        generator is pre-trained on the content loss for ``pretrain_epochs``,
+        then trained against the discriminator for ``gan_epochs``. With
+        ``epsilon`` set the whole fit spends at most (``epsilon``, ``delta``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, C*H*W), (n, H, W) or (n, C, H, W)
+            High-resolution images, at least 2; flat rows need ``image_shape``.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : object
+            Fitted transformer.
+        """
         X = validate_data(self, X, dtype=np.float32, allow_nd=True, ensure_min_samples=2)
         shape = None if self.image_shape is None else normalize_image_shape(self.image_shape, "SRGANTransformer")
         hr, _ = as_images(X, shape, "SRGANTransformer")
@@ -224,7 +260,18 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
 
     # -- transform ---------------------------------------------------------------------------
     def transform(self, X):
-        """Super-resolve low-resolution images ``X`` (shape ``low_res_shape_``, any skdp layout)."""
+        """Super-resolve low-resolution images ``X`` (shape ``low_res_shape_``, any skdp layout).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, c*h*w), (n, h, w) or (n, c, h, w)
+            Low-resolution images of ``low_res_shape_``.
+
+        Returns
+        -------
+        X_sr : ndarray of float32
+            Images of ``image_shape_``, in the layout of ``X``.
+        """
         check_is_fitted(self)
         X = self._validate_low_res(X)
         images, layout = as_images(X, self.low_res_shape_, "SRGANTransformer.transform")
@@ -240,7 +287,19 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
         return check_array(X, dtype=np.float32, allow_nd=True, input_name="X")
 
     def torch_transform(self, x):
-        """Differentiable ``transform`` on a tensor of low-resolution images (flat or ``(n, C, h, w)``)."""
+        """Super-resolve a tensor of low-resolution images (flat or ``(n, C, h, w)``); differentiable.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n, c*h*w) or (n, c, h, w)
+            Low-resolution images of ``low_res_shape_``.
+
+        Returns
+        -------
+        x_sr : torch.Tensor
+            Flat rows or ``(n, C, H, W)`` images of ``image_shape_``, as
+            ``x`` was, on ``device``.
+        """
         check_is_fitted(self)
         flat = x.dim() == 2
         images = x.reshape((-1,) + self.low_res_shape_) if flat else x
@@ -252,6 +311,19 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
 
         In a ``Pipeline`` over low-resolution data, freeze a fitted transformer
         (``sklearn.frozen.FrozenEstimator``) instead: its ``fit_transform`` is ``transform``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, C*H*W), (n, H, W) or (n, C, H, W)
+            High-resolution training images.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X_sr : ndarray of float32
+            The super-resolution of ``X`` degraded by ``degradation``, in the
+            layout of ``X``.
         """
         self.fit(X, y)
         images, layout = as_images(check_array(X, dtype=np.float32, allow_nd=True), self.image_shape_,
