@@ -16,6 +16,8 @@ from .privacy.report import set_privacy_attributes
 from .utils.random import mechanism_rng
 from .utils.validation import PRIVACY_CONSTRAINTS, encode_labels, set_init_params, warn_if_delta_too_large
 
+__all__ = ["DPFisherClassifier"]
+
 # How the Gaussian-DP budget mu**2 is split between counts, sums and sums of squares.
 MU2_SHARES = {"counts": 0.1, "sums": 0.6, "squares": 0.3}
 

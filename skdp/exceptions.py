@@ -7,6 +7,9 @@ line: the first frame outside skdp and the libraries it calls through
 import sys
 import warnings
 
+__all__ = ["PrivacyLeakWarning", "BudgetExceededError", "LedgerUnavailableError", "LedgerDetachedError",
+           "UnsupportedModelError", "UnsupportedModuleError", "TorchUnavailableError", "warn_privacy"]
+
 
 class PrivacyLeakWarning(RuntimeWarning):
     """A privacy-relevant value was taken from the data, or a guarantee is not certified.
