@@ -1,4 +1,15 @@
-"""Quick start: one private fit, then a grid search whose every fit is recorded in a ledger."""
+"""
+Quick start: one private fit, then a search whose every fit is recorded
+=======================================================================
+
+One ``DPMomentumClassifier`` fit with its defaults, then a ``GridSearchCV`` over epsilon (a
+privacy-utility curve) whose every fit is charged to one ``BudgetLedger``. The ledger's total is what
+the whole search spent by basic composition; the search's *choice* of the best candidate is not
+covered (see :class:`skdp.PrivateSearchCV` for a certified choice).
+
+Shown, not run, when this site is built (about a minute on 2 CPU cores):
+``python examples/quickstart.py``.
+"""
 import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import GridSearchCV, train_test_split

@@ -1,10 +1,24 @@
-"""Super-resolution before DP classification of low-resolution faces, then MI-Face on the result.
+"""
+Super-resolved faces, a private classifier, and model inversion
+===============================================================
+
+The SRGAN thesis: faces seen only at low resolution (14x11 pixels) are super-resolved by a generator
+trained on *public* faces, then identified by a classifier trained with DP-SGD with momentum, and
+finally attacked with MI-Face (Fredrikson et al. 2015), white-box through the generator.
+
+**Shown, not run** when this site is built: it needs the ORL faces, which are not shipped with
+scikit-learn and are never downloaded (pass the path of an ``.npz`` with ``images`` (400, 112, 92)
+and ``target``; the repository's benchmarks use ``../shared/data/orl_faces.npz``), and takes about
+2 minutes on 2 CPU cores::
 
     python examples/superres_faces.py [path/to/orl_faces.npz]
 
-The ORL faces are not downloaded: pass the path of an ``.npz`` with ``images`` (400, 112, 92) and
-``target`` (the repository's benchmarks use ../shared/data/orl_faces.npz). A short run (about 2 min
-on 2 CPU cores); benchmarks/reproduce_thesis.py is the full study.
+``benchmarks/reproduce_thesis.py`` is the full study (11 minutes). Low resolution, bicubic and SRGAN
+faces from that run:
+
+.. image:: ../../benchmarks/results/thesis_sr_examples.png
+   :alt: low-resolution, bicubic and super-resolved faces
+   :width: 640px
 """
 import sys
 from pathlib import Path
