@@ -323,3 +323,25 @@ def test_prediction_refuses_bad_streamed_rows(tmp_path, memmap, data):
         clf.predict(to_memmap(tmp_path / "narrow.f32", X[:, :32]))
     with pytest.raises(TypeError, match=r"items \(x, y\)"):
         clf.score(TensorDataset(torch.from_numpy(X)))  # scoring needs the labels
+
+
+@pytest.mark.parametrize("mode", ["r", "r+", "c"])
+def test_memmap_rows_read_from_the_file_match_the_array(tmp_path, data, mode):
+    # Shared mappings are read with preadv at the row's byte position (views and offsets included);
+    # a copy-on-write memmap ("c", changes private to the caller) through its mapping.
+    from skdp.nn._data import ArrayRows
+    X = data[0]
+    path = tmp_path / "X.f32"
+    header = 12  # bytes before the rows, as in a file with a header
+    with open(path, "wb") as f:
+        f.write(b"\0" * header + X.tobytes())
+    mm = np.memmap(path, np.float32, mode=mode, offset=header, shape=X.shape)
+    if mode == "c":
+        mm[5] = 7.0  # private change: must be seen
+    expected = X.copy()
+    expected[5] = 7.0 if mode == "c" else expected[5]
+    for view, reference in [(mm, expected), (mm[100:900], expected[100:900])]:
+        rows = ArrayRows(view, "test")
+        assert (rows.file is None) == (mode == "c")
+        idx = np.array([0, 1, 2, 5, 77, 78, 799])
+        np.testing.assert_array_equal(rows.take(idx)[0], reference[idx])
