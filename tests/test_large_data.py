@@ -210,8 +210,8 @@ def test_no_single_read_takes_more_than_a_lot_or_a_chunk(data):
     X, y = data
     rows = CountingRows(X)
     chunk = 128
-    # Lots are Poisson(100) in size: 128 rows or more has probability < 0.01 per lot... so bound by 200 rows
-    # (P(Poisson(100) >= 200) < 1e-15); validation and prediction read chunks of iterator_valid__batch_size.
+    # A lot has Binomial(2000, 0.05) rows (mean 100): more than 200 has probability < 1e-15 per lot.
+    # Validation and prediction read chunks of iterator_valid__batch_size rows.
     clf = DPMomentumClassifier(epsilon=5.0, classes=[0, 1], random_state=0, iterator_valid__batch_size=chunk,
                                **FAST).fit(rows, y)
     n_fit_reads = len(rows.reads)
