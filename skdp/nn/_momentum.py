@@ -3,19 +3,28 @@
 Both read top to bottom: validate -> public plan (lot size) -> one DPNet
 (clip, noise, accountant) -> fitted attributes. They differ only in their
 targets, loss and output.
+
+``X`` may be larger than memory (a numpy memmap, an h5py-like array, or a
+torch Dataset of ``(x, y)`` items): it is validated by streaming it once,
+each lot reads only its rows, and prediction streams it in chunks
+(:mod:`skdp.nn._data`). The privacy plan, the charge and the accounting are
+those of an array with the same rows: they depend only on n and the shapes.
 """
 import numbers
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context, is_classifier
+from sklearn.metrics import accuracy_score, r2_score
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import _check_feature_names, check_is_fitted, validate_data
+from sklearn.utils.validation import (_check_feature_names, _check_y, check_consistent_length, check_is_fitted,
+                                      validate_data)
 
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
+from ._data import RowSource, StreamedDataError, as_rows, chunk_rows, is_streamed
 from ._estimator import DPSGDEstimator, fill_dp_docs
 from .modules import RowRMSNormalized, module_spec
 from .net import DPNet, plan_dpsgd
@@ -46,6 +55,13 @@ class PerExampleRegressionLoss(torch.nn.Module):
         return per_output.flatten(1).mean(1)
 
 
+def _one_channel(X):
+    """Images ``(n, H, W)`` get one channel, ``(n, 1, H, W)``; other rows are left as they are."""
+    if X.ndim != 3:
+        return X
+    return X.with_channel() if isinstance(X, RowSource) else X[:, None]
+
+
 class _DPMomentum(DPSGDEstimator):
     """What the momentum classifier and regressor share: validation, the net, prediction."""
 
@@ -69,13 +85,53 @@ class _DPMomentum(DPSGDEstimator):
         tags.non_deterministic = True  # fresh mechanism noise every fit
         return tags
 
+    def _chunk_rows(self):
+        """Rows per chunk when streaming a large ``X``: ``iterator_valid__batch_size`` or 1024."""
+        return chunk_rows(getattr(self, "iterator_valid__batch_size", None))
+
+    def _validate_Xy(self, X, y, *, reset, multi_output, y_numeric):
+        """``(X, y)`` checked as scikit-learn checks them; a large ``X`` is streamed, never copied whole.
+
+        Arrays go through ``validate_data`` (a float32 copy). A memmap or a
+        Dataset becomes a ``RowSource``: its metadata is checked first, then
+        every row is read once in chunks (finite, one shape) before any
+        privacy charge. A Dataset's targets are collected in that pass and
+        checked like an array's ``y``, so the label set (and the warning when
+        it is read from the data) is exactly what it is for arrays.
+        """
+        if not is_streamed(X):
+            return validate_data(self, X, y, reset=reset, dtype=np.float32, allow_nd=True,
+                                 multi_output=multi_output, y_numeric=y_numeric, ensure_min_samples=1)
+        owner = type(self).__name__
+        _check_feature_names(self, X, reset=reset)
+        rows = as_rows(X, owner)
+        from_dataset = isinstance(X, torch.utils.data.Dataset)
+        if from_dataset and y is not None:
+            raise ValueError(f"X is a torch Dataset of (x, y) items and y was given too; {owner} reads the "
+                             "targets from the Dataset: call fit(dataset) with y=None.")
+        if not from_dataset:
+            if y is None:
+                raise ValueError(f"{owner} requires y to be passed, but the target y is None; pass the targets "
+                                 "of X (a Dataset of (x, y) items carries its own).")
+            check_consistent_length(rows, y)  # before reading X: a cheap refusal first
+        labels = rows.scan(self._chunk_rows())
+        y = _check_y(labels if from_dataset else y, multi_output=multi_output, y_numeric=y_numeric)
+        return rows, y
+
     def _validate_X(self, X, reset):
+        if is_streamed(X) and not reset:
+            # Shape and dtype now; finiteness chunk by chunk as prediction reads the rows (one pass).
+            _check_feature_names(self, X, reset=False)
+            return self._check_row_shape(as_rows(X, type(self).__name__, labelled=False))
         if reset:
             return validate_data(self, X, reset=True, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
         # n_features_in_ counts pixels for images, so sklearn's check of X.shape[1] would not fit:
         # the feature names are checked as sklearn does, and the row shape against input_shape_.
         _check_feature_names(self, X, reset=False)
         X = check_array(X, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+        return self._check_row_shape(X)
+
+    def _check_row_shape(self, X):
         if X.shape[1:] != self.input_shape_:
             if X.ndim == 2 and len(self.input_shape_) == 1:  # sklearn's wording for tables
                 raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
@@ -103,13 +159,25 @@ class _DPMomentum(DPSGDEstimator):
         self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
         n_samples = X.shape[0]
         warn_if_delta_too_large(self.delta, n_samples, type(self).__name__)
-        X = X[:, None] if X.ndim == 3 else X  # (n, H, W): one channel
-        if continuing:
-            self.net_.partial_fit(X, y_enc, epochs=epochs)
-        else:
-            self.batch_size_, self.max_epochs_ = self._schedule(n_samples)
-            self.net_ = self._make_net(X.shape[1:], n_samples, n_outputs)
-            self.net_.fit(X, y_enc, epochs=epochs)
+        X = _one_channel(X)
+        if isinstance(X, RowSource):  # the lots read their targets from the rows (net.fit(dataset))
+            X, y_enc = X.with_targets(y_enc), None
+        try:
+            if continuing:
+                self.net_.partial_fit(X, y_enc, epochs=epochs)
+            else:
+                self.batch_size_, self.max_epochs_ = self._schedule(n_samples)
+                self.net_ = self._make_net(X.shape[1:], n_samples, n_outputs)
+                self.net_.fit(X, y_enc, epochs=epochs)
+        except StreamedDataError:
+            # Streamed rows turned bad mid-training (see skdp.nn._data). A fresh fit leaves no model;
+            # a continued one keeps its network, whose privacy results must count the lots it took.
+            if continuing:
+                self._set_fit_results(self.net_, read_from_data=read_from_data)
+            else:
+                for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+                    delattr(self, name)
+            raise
         self._set_fit_results(self.net_, read_from_data=read_from_data)
         return self
 
@@ -158,7 +226,36 @@ class _DPMomentum(DPSGDEstimator):
     def _forward(self, X):
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
-        return self.net_.forward(X[:, None] if X.ndim == 3 else X, training=False).double()
+        return self.net_.forward(_one_channel(X), training=False).double()
+
+    def score(self, X, y=None, sample_weight=None):
+        """Accuracy (classifier) or R^2 (regressor) of the predictions of ``X`` against ``y``.
+
+        Parameters
+        ----------
+        X : array-like, numpy memmap or torch Dataset
+            Rows shaped like the training rows. A memmap or Dataset is read
+            in chunks (``iterator_valid__batch_size`` rows, default 1024).
+        y : array-like or None, default=None
+            True targets; None when ``X`` is a Dataset of ``(x, y)`` items
+            (its targets are read in the same pass as its rows).
+        sample_weight : array-like or None, default=None
+
+        Returns
+        -------
+        score : float
+        """
+        mixin = ClassifierMixin if is_classifier(self) else RegressorMixin
+        if not isinstance(X, torch.utils.data.Dataset) or y is not None:
+            return mixin.score(self, X, y, sample_weight=sample_weight)
+        check_is_fitted(self)
+        _check_feature_names(self, X, reset=False)
+        rows = self._check_row_shape(as_rows(X, type(self).__name__)).logging_labels()
+        predictions = self._predict_from(self.net_.forward(_one_channel(rows), training=False).double())
+        y = _check_y(np.asarray(rows.label_log), multi_output=True, y_numeric=False)
+        if is_classifier(self):
+            return accuracy_score(y, predictions, sample_weight=sample_weight)
+        return r2_score(y, predictions, sample_weight=sample_weight)
 
     def _torch_forward(self, x):
         check_is_fitted(self)
@@ -263,19 +360,30 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         self._set_init_params(locals())
         self._store_net_kwargs(kwargs)
 
+    score = _DPMomentum.score  # before ClassifierMixin's: a Dataset carries its own y
+
     def _criterion(self):
         return torch.nn.CrossEntropyLoss
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on private ``(X, y)``; spends at most (``epsilon``, ``delta``).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images (n_samples, [C,] H, W)
-            Private features, scaled by a public range (not by the data's own min/max).
-        y : array-like of shape (n_samples,)
-            Private labels, all in ``classes``.
+        X : array-like, numpy memmap or torch Dataset
+            Private features of shape (n_samples, n_features) or images
+            (n_samples, [C,] H, W), scaled by a public range (not by the data's
+            own min/max). Data larger than memory: a numpy memmap (or an h5py-,
+            zarr- or dask-like array) is read in chunks to validate it and then
+            lot by lot, never copied whole; so is a torch ``Dataset`` whose
+            items are ``(x, y)`` pairs (then ``y=None``). The privacy plan and
+            spend are those of an array with the same rows.
+        y : array-like of shape (n_samples,) or None, default=None
+            Private labels, all in ``classes``. None only when ``X`` is a
+            Dataset of ``(x, y)`` items (the labels are read from it, and the
+            label set is still ``classes``, or read from the data with a
+            ``PrivacyLeakWarning`` as for arrays).
         sample_weight : None
             Not supported: raises ``ValueError`` (see the message for why).
 
@@ -284,8 +392,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         self : DPMomentumClassifier
             The fitted classifier.
         """
-        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=False,
-                             y_numeric=False, ensure_min_samples=1)
+        X, y = self._validate_Xy(X, y, reset=True, multi_output=False, y_numeric=False)
         if not (self.warm_start and hasattr(self, "net_")):
             self.classes_ = None
         self.classes_, y_enc = encode_labels(self.classes if self.classes_ is None else self.classes_, y,
@@ -293,7 +400,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         self._read_from_data = ["classes"] if self.classes is None else []
         return self._fit(X, y_enc, len(self.classes_), self._read_from_data, sample_weight)
 
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X, y=None, classes=None):
         """One more epoch on ``(X, y)``, charged to the accountant and the ledger.
 
         The first call fits (``classes`` or the ``classes`` parameter gives the
@@ -301,10 +408,11 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images
-            Private features.
-        y : array-like of shape (n_samples,)
-            Private labels.
+        X : array-like, numpy memmap or torch Dataset of shape (n_samples, n_features) or images
+            Private features; a memmap or Dataset of ``(x, y)`` items is
+            streamed as in :meth:`fit`.
+        y : array-like of shape (n_samples,) or None, default=None
+            Private labels; None when ``X`` is a Dataset of ``(x, y)`` items.
         classes : array-like or None, default=None
             The public label set, for the first call (as scikit-learn's ``partial_fit``).
 
@@ -313,7 +421,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         self : DPMomentumClassifier
         """
         first = not hasattr(self, "net_")
-        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, reset=first, ensure_min_samples=1)
+        X, y = self._validate_Xy(X, y, reset=first, multi_output=False, y_numeric=False)
         if first:
             label_set = self.classes if classes is None else classes
             self.classes_, y_enc = encode_labels(label_set, y, type(self).__name__)
@@ -327,8 +435,10 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images
-            Rows shaped like the training rows.
+        X : array-like, numpy memmap or torch Dataset of shape (n_samples, n_features) or images
+            Rows shaped like the training rows. A memmap or Dataset (items
+            ``(x, y)`` or ``x``) is read in chunks of
+            ``iterator_valid__batch_size`` rows (default 1024), never whole.
 
         Returns
         -------
@@ -344,7 +454,10 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images
+        X : array-like, numpy memmap or torch Dataset of shape (n_samples, n_features) or images
+            Rows shaped like the training rows. A memmap or Dataset (items
+            ``(x, y)`` or ``x``) is read in chunks of
+            ``iterator_valid__batch_size`` rows (default 1024), never whole.
 
         Returns
         -------
@@ -361,14 +474,20 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images
+        X : array-like, numpy memmap or torch Dataset of shape (n_samples, n_features) or images
+            Rows shaped like the training rows. A memmap or Dataset (items
+            ``(x, y)`` or ``x``) is read in chunks of
+            ``iterator_valid__batch_size`` rows (default 1024), never whole.
 
         Returns
         -------
         y : ndarray of shape (n_samples,)
         """
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        return self._predict_from(self._forward(X))
+
+    def _predict_from(self, logits):
+        # argmax of the logits = argmax of the softmax (ties: the first, as np.argmax of predict_proba).
+        return self.classes_[np.argmax(torch.softmax(logits, dim=1).cpu().numpy(), axis=1)]
 
 
 @fill_dp_docs
@@ -459,6 +578,8 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     normalize_rows = "none"  # a regression's target depends on the rows' scale: never rescaled
 
+    score = _DPMomentum.score  # before RegressorMixin's: a Dataset carries its own y
+
     def _criterion(self):
         return PerExampleRegressionLoss
 
@@ -469,15 +590,22 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         return kwargs
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None):
         """Train on private ``(X, y)``; spends at most (``epsilon``, ``delta``).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images (n_samples, [C,] H, W)
-            Private features, scaled by a public range.
-        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Private targets, scaled by a public range.
+        X : array-like, numpy memmap or torch Dataset
+            Private features of shape (n_samples, n_features) or images
+            (n_samples, [C,] H, W), scaled by a public range. Data larger than
+            memory: a numpy memmap (or an h5py-, zarr- or dask-like array) is
+            read in chunks to validate it and then lot by lot, never copied
+            whole; so is a torch ``Dataset`` whose items are ``(x, y)`` pairs
+            (then ``y=None``). The privacy plan and spend are those of an
+            array with the same rows.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs), or None, default=None
+            Private targets, scaled by a public range. None only when ``X`` is
+            a Dataset of ``(x, y)`` items.
         sample_weight : None
             Not supported: raises ``ValueError`` (see the message for why).
 
@@ -486,8 +614,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         self : DPMomentumRegressor
             The fitted regressor.
         """
-        X, y = validate_data(self, X, y, dtype=np.float32, allow_nd=True, multi_output=True, y_numeric=True,
-                             ensure_min_samples=1)
+        X, y = self._validate_Xy(X, y, reset=True, multi_output=True, y_numeric=True)
         y = np.asarray(y, dtype=np.float32)
         self._y_ndim = y.ndim
         y2 = y.reshape(len(y), -1)
@@ -499,11 +626,17 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features) or images
+        X : array-like, numpy memmap or torch Dataset of shape (n_samples, n_features) or images
+            Rows shaped like the training rows. A memmap or Dataset (items
+            ``(x, y)`` or ``x``) is read in chunks of
+            ``iterator_valid__batch_size`` rows (default 1024), never whole.
 
         Returns
         -------
         y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
         """
-        out = self._forward(X).cpu().numpy()
+        return self._predict_from(self._forward(X))
+
+    def _predict_from(self, outputs):
+        out = outputs.cpu().numpy()
         return out[:, 0] if self._y_ndim == 1 else out

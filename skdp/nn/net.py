@@ -42,6 +42,7 @@ from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
+from ._data import RowSource, _Chunks
 from .init import init_parameters
 
 # What a fitted net releases in its history: everything else computed during training
@@ -145,7 +146,11 @@ def check_callbacks(callbacks):
 
 
 class _LotLoader:
-    """Iterates Poisson lots of a dataset; arrays are sliced directly, empty lots allowed."""
+    """Iterates Poisson lots of a dataset; arrays are sliced directly, empty lots allowed.
+
+    A ``RowSource`` (memmap, Dataset: :mod:`skdp.nn._data`) reads only the
+    lot's rows, so data larger than memory is never loaded whole.
+    """
 
     def __init__(self, dataset, batch_sampler):
         self.dataset = dataset
@@ -156,6 +161,8 @@ class _LotLoader:
 
     def _fetch(self, idx):
         ds = self.dataset
+        if isinstance(ds, RowSource):
+            return ds.take(idx)
         if isinstance(ds, Dataset) and isinstance(ds.X, (np.ndarray, torch.Tensor)):
             X = ds.X[idx]
             y = torch.zeros(len(idx)) if ds.y is None else ds.y[idx]
@@ -393,7 +400,7 @@ class DPNet(NeuralNet):
             batch_size = self.get_params_for("iterator_valid").get("batch_size", self.batch_size)
             n = len(dataset)
             batch_size = n if batch_size in (-1, None) else batch_size
-            return _LotLoader(dataset, [np.arange(i, min(i + batch_size, n)) for i in range(0, n, batch_size)])
+            return _LotLoader(dataset, _Chunks(n, batch_size))
         sampler = PoissonBatchSampler(len(dataset), self.sample_rate_, self.n_batches_, self._lot_rng)
         return _LotLoader(dataset, sampler)
 
