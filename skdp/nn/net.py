@@ -66,13 +66,55 @@ def check_device(device) -> None:
 
 def plan_dpsgd(n_samples: int, batch_size: int, epochs: int, epsilon: float, delta: float,
                noise_multiplier: float | None = None, accounting: str = "rdp") -> tuple[float, int, float, float]:
-    """The privacy plan of a DP-SGD fit, from public quantities only (no data is touched).
+    """Plan the privacy of a DP-SGD fit from public quantities only (no data is touched).
 
-    Returns ``(sample_rate, lots_per_epoch, noise_multiplier, epsilon)``: the
-    sample rate ``batch_size / n_samples``, ``round(n / batch_size)`` lots per
-    epoch, sigma calibrated so that the epsilon at ``delta`` is at most
-    ``epsilon`` (or ``noise_multiplier`` as given), and the certified epsilon
-    of the whole plan. ``batch_size=-1`` means the whole data set.
+    Lots are Poisson-sampled with rate ``q = batch_size / n_samples``, there
+    are ``round(n / batch_size)`` lots per epoch, and sigma is the smallest
+    noise multiplier whose certified epsilon at ``delta`` after all
+    ``epochs * lots`` steps is at most ``epsilon`` (bisection on the
+    accountant). Every estimator trained through :class:`DPNet` plans this
+    way before it reads a record.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of training records (treated as public).
+    batch_size : int
+        Expected lot size; ``-1`` means the whole data set (``q = 1``).
+    epochs : int
+        Number of passes.
+    epsilon : float
+        Target epsilon of the whole fit.
+    delta : float
+        Target delta.
+    noise_multiplier : float or None, default=None
+        If given, used as is and ``epsilon`` is ignored; the returned epsilon
+        is then what the accountant certifies for it.
+    accounting : {"rdp", "prv"}, default="rdp"
+        The accountant.
+
+    Returns
+    -------
+    sample_rate : float
+        The Poisson sampling rate ``q``.
+    lots_per_epoch : int
+        Lots drawn per epoch.
+    noise_multiplier : float
+        Sigma: the noise's standard deviation in units of the clipping bound.
+    epsilon : float
+        Certified epsilon of the whole plan at ``delta`` (``inf`` when sigma is 0).
+
+    See Also
+    --------
+    skdp.calibrate_noise_multiplier : The bisection behind the calibration.
+    skdp.compute_epsilon : The epsilon of a given plan.
+
+    Examples
+    --------
+    >>> from skdp.nn import plan_dpsgd
+    >>> q, lots, sigma, eps = plan_dpsgd(1000, 250, epochs=10, epsilon=1.0, delta=1e-5)
+    >>> q, lots, eps <= 1.0
+    (0.25, 4, True)
     """
     batch_size = n_samples if batch_size == -1 else batch_size
     sample_rate = min(1.0, batch_size / n_samples)
@@ -87,9 +129,33 @@ def plan_dpsgd(n_samples: int, batch_size: int, epochs: int, epsilon: float, del
 
 
 class EpsilonLogger(Callback):
-    """Adds the epsilon spent so far to the history, so ``PrintLog`` shows it each epoch."""
+    """Record the epsilon spent so far in the history, so that ``PrintLog`` shows it each epoch.
+
+    One of :class:`DPNet`'s default callbacks. The value is the accountant's
+    certified epsilon at the net's ``delta`` after the lots taken so far: a
+    function of public quantities only, so it may be printed and kept.
+
+    See Also
+    --------
+    DPNet : The net that installs it.
+
+    Examples
+    --------
+    >>> from skdp.nn import EpsilonLogger
+    >>> EpsilonLogger()
+    <skdp.nn.net.EpsilonLogger object at ...>
+    """
 
     def on_epoch_end(self, net, **kwargs):
+        """Record ``net.epsilon_spent()`` under ``"epsilon"`` in the epoch's history row.
+
+        Parameters
+        ----------
+        net : DPNet
+            The net being trained.
+        **kwargs : dict
+            The callback arguments of skorch (unused).
+        """
         net.history.record("epsilon", net.epsilon_spent())
 
 
@@ -177,34 +243,88 @@ class _LotLoader:
 
 
 class DPNet(NeuralNet):
-    """skorch ``NeuralNet`` trained with DP-SGD (Poisson lots, per-example clipping, noise).
+    """A skorch ``NeuralNet`` trained with DP-SGD (Poisson lots, per-example clipping, noise).
 
-    All of skorch's parameters apply (``module``, ``module__*``, ``criterion``,
-    ``optimizer``, ``lr``, ``max_epochs``, ``batch_size`` = expected lot size,
-    ``callbacks``, ``device``, ...), except that ``train_split`` defaults to
-    None: an internal validation split of the private data would be used
-    without privacy accounting.
+    The one DP-SGD loop of skdp: every DP-SGD estimator trains through it.
+    skorch runs the epochs and callbacks; ``DPNet`` overrides only its hooks.
+    ``get_iterator`` draws Poisson lots, ``train_step`` releases one noisy
+    clipped gradient per lot (``update_on_lot`` -> ``private_step``) and
+    records it with the accountant. Subclasses with other losses override
+    ``per_example_loss`` and ``get_train_inputs``; nets that update several
+    networks per lot (a GAN) override ``initialize_engines`` and
+    ``update_on_lot``. All of skorch's other parameters apply (``module__*``,
+    ``lr``, ``max_epochs``, ``batch_size`` = expected lot size,
+    ``callbacks``, ``device``, ...).
 
     Parameters
     ----------
-    epsilon, delta : float
-        Target privacy of one ``fit``. ``epsilon=inf`` trains with clipping
-        and no noise (not private).
-    max_grad_norm : float
+    module : torch.nn.Module class or instance
+        The network. A class is built with ``module__*`` and initialised from
+        ``random_state``; an instance is taken as starting weights.
+    criterion : torch loss class, default=torch.nn.CrossEntropyLoss
+        Built with ``reduction="none"``: DP-SGD needs one loss per example.
+    *args : tuple
+        Passed to ``skorch.NeuralNet``.
+    epsilon : float, default=1.0
+        Target epsilon of one ``fit``. ``inf`` trains with clipping and no
+        noise (not private; warns).
+    delta : float, default=1e-5
+        Target delta of one ``fit``.
+    max_grad_norm : float, default=1.0
         Per-example clipping bound C.
-    noise_multiplier : float or None
+    noise_multiplier : float or None, default=None
         If None, calibrated so that the fit spends at most ``epsilon``; if
         given, ``epsilon`` is ignored and the spend is only reported.
-    accounting : {"rdp", "prv"}
-    clipping : {"auto", "ghost", "vmap"}
-        How per-example gradients are clipped (see ``skdp.engine``).
-    ledger : BudgetLedger or None
+    accounting : {"rdp", "prv"}, default="rdp"
+        The accountant.
+    clipping : {"auto", "ghost", "vmap"}, default="auto"
+        How per-example gradients are clipped (see :mod:`skdp.engine`).
+    ledger : BudgetLedger or None, default=None
         Charged before training; a fit that would overdraw it never starts.
-    random_state : int, Generator or None
+    random_state : int, Generator or None, default=None
         Seeds initialisation (and other non-mechanism draws). Lots and noise
         always come from fresh OS entropy (``mechanism_rng``).
-    owner : str or None
+    train_split : None, default=None
+        The internal validation split of skorch. None by default: a split of the
+        private data would be used for validation without privacy accounting
+        (any other value warns).
+    optimizer : torch optimizer class, default=torch.optim.SGD
+        Steps on the noisy gradient (post-processing: any optimizer is private).
+    owner : str or None, default=None
         Name of the estimator this net trains for, used in ledger entries.
+    **kwargs : dict
+        The parameters of skorch (``lr``, ``max_epochs``, ``batch_size``,
+        ``module__*``, ``optimizer__*``, ``callbacks``, ``device``, ...).
+
+    Attributes
+    ----------
+    module_ : torch.nn.Module
+        The trained network.
+    accountant_ : PrivacyAccountant
+        The steps taken, for :meth:`epsilon_spent`.
+    sample_rate_ : float
+        Poisson sampling rate of the last fit.
+    n_batches_ : int
+        Lots per epoch of the last fit.
+    noise_multiplier_ : float
+        Sigma of the last fit.
+
+    See Also
+    --------
+    DPMomentumClassifier : The scikit-learn estimator built on it.
+    skdp.engine.DPSGDEngine : The clip-and-noise step it calls on each lot.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import torch
+    >>> from skdp.nn import DPNet
+    >>> X = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    >>> y = (X[:, 0] > 0).astype(np.int64)
+    >>> net = DPNet(torch.nn.Linear, module__in_features=3, module__out_features=2,
+    ...             epsilon=1.0, delta=1e-3, lr=0.5, batch_size=16, max_epochs=2, verbose=0)
+    >>> net.fit(X, y).epsilon_spent() <= 1.0
+    True
     """
 
     def __init__(self, module, criterion=torch.nn.CrossEntropyLoss, *args, epsilon=1.0, delta=1e-5,
@@ -225,11 +345,25 @@ class DPNet(NeuralNet):
 
     # ---- set-up -------------------------------------------------------------------------
     def get_default_callbacks(self):
+        """Return skorch's epoch timer, :class:`EpsilonLogger` and the curator's print log.
+
+        Returns
+        -------
+        callbacks : list of (str, Callback)
+            The defaults of skorch, minus the unnoised loss scoring.
+        """
         # skorch's defaults minus the unnoised loss scoring: epoch timer, epsilon, the curator's log.
         timer = [(name, cb) for name, cb in super().get_default_callbacks() if name == "epoch_timer"]
         return timer + [("epsilon", EpsilonLogger()), ("print_log", CuratorPrintLog())]
 
     def initialize(self):
+        """Check the device and callbacks, then initialise as skorch does.
+
+        Returns
+        -------
+        self : DPNet
+            The initialised net.
+        """
         check_device(self.device)
         check_callbacks(self.callbacks)
         # random_state seeds initialisation and other non-mechanism draws only.
@@ -239,6 +373,13 @@ class DPNet(NeuralNet):
         return super().initialize()
 
     def initialize_callbacks(self):
+        """Initialise the callbacks and note which are skdp's own (trusted with private values).
+
+        Returns
+        -------
+        self : DPNet
+            The net.
+        """
         super().initialize_callbacks()
         defaults = dict(self.get_default_callbacks())
         # Trusted: our own defaults, by name and class; everything else sees released quantities only.
@@ -247,6 +388,16 @@ class DPNet(NeuralNet):
         return self
 
     def notify(self, method_name, **cb_kwargs):
+        """Call ``method_name`` on the net and every callback; user callbacks see released values only.
+
+        Parameters
+        ----------
+        method_name : str
+            The callback method (``"on_epoch_end"``, ...).
+        **cb_kwargs : dict
+            Its arguments; those carrying private data (raw lots, ``(X, y)``,
+            unnoised losses) are replaced by None for callbacks not of skdp.
+        """
         getattr(self, method_name)(self, **cb_kwargs)
         public = {k: (None if k in PRIVATE_CALLBACK_ARGS else v) for k, v in cb_kwargs.items()}
         trusted = getattr(self, "_trusted_callbacks", ())
@@ -255,16 +406,54 @@ class DPNet(NeuralNet):
 
     # ---- the curator's log (never stored) ---------------------------------------------------
     def log_private(self, key, value, weight=1.0):
-        """Add a private per-lot value (e.g. an unnoised loss) to this epoch's curator log."""
+        """Add a private per-lot value (e.g. an unnoised loss) to this epoch's curator log.
+
+        Parameters
+        ----------
+        key : str
+            Column of the printed log.
+        value : float
+            The lot's value.
+        weight : float, default=1.0
+            Its weight in the epoch's mean (e.g. the lot's size).
+        """
         total, count = self._private_log.get(key, (0.0, 0.0))
         self._private_log[key] = (total + float(value) * weight, count + weight)
 
     def pop_private_log(self):
-        """The epoch's weighted means of private values, emptied (only ``CuratorPrintLog`` calls this)."""
+        """Return the epoch's weighted means of private values and empty the log.
+
+        Only the curator's print log calls this; the values are never stored.
+
+        Returns
+        -------
+        log : dict
+            Weighted mean per key.
+        """
         log, self._private_log = getattr(self, "_private_log", {}), {}
         return {k: (t / c if c else math.nan) for k, (t, c) in log.items()}
 
     def run_single_epoch(self, iterator, training, prefix, step_fn, **fit_params):
+        """Run one epoch of lots; unlike skorch, no lot's loss or size enters the history.
+
+        Parameters
+        ----------
+        iterator : iterable
+            The lots (from :meth:`get_iterator`).
+        training : bool
+            Whether this is a training epoch.
+        prefix : str
+            The history prefix of skorch (``"train"`` or ``"valid"``).
+        step_fn : callable
+            :meth:`train_step` or skorch's validation step.
+        **fit_params : dict
+            Passed to ``step_fn``.
+
+        Returns
+        -------
+        None
+            Validation epochs return what skorch returns.
+        """
         if not training:
             return super().run_single_epoch(iterator, training, prefix, step_fn, **fit_params)
         # skorch records each lot's unnoised loss and size in the history; we keep them out of it.
@@ -286,6 +475,11 @@ class DPNet(NeuralNet):
         the user's stream is left as found) and re-initialised from the fit's own
         generator. A module instance is taken as starting weights (e.g. publicly
         pre-trained) and deep-copied, so that every fit starts from the same weights.
+
+        Returns
+        -------
+        self : DPNet
+            The net, with ``module_`` set.
         """
         kwargs = self.get_params_for("module")
         if isinstance(self.module, torch.nn.Module):
@@ -308,14 +502,42 @@ class DPNet(NeuralNet):
 
     # ---- privacy plan -------------------------------------------------------------------
     def plan_privacy(self, n_samples, epochs):
-        """Sample rate, lots per epoch and noise multiplier for ``epochs`` epochs on ``n_samples``."""
+        """Plan sample rate, lots per epoch and noise multiplier for ``epochs`` epochs on ``n_samples``.
+
+        Parameters
+        ----------
+        n_samples : int
+            Number of training records (public).
+        epochs : int
+            Number of epochs.
+
+        Returns
+        -------
+        plan : tuple of (float, int, float, float)
+            ``(sample_rate, lots_per_epoch, noise_multiplier, epsilon)``, as
+            :func:`plan_dpsgd` returns them.
+        """
         sample_rate, n_batches, sigma, projected = plan_dpsgd(
             n_samples, self.batch_size, epochs, self.epsilon, self.delta, self.noise_multiplier,
             self.accounting)
         return sample_rate, n_batches, sigma, projected
 
     def check_runnable(self, sigma, expected_batch_size):
-        """Refuse, before any budget is spent, a fit that cannot compute (it would spend for nothing)."""
+        """Refuse, before any budget is spent, a fit that cannot compute (it would spend for nothing).
+
+        Parameters
+        ----------
+        sigma : float
+            The planned noise multiplier.
+        expected_batch_size : float
+            The expected lot size ``q * n``.
+
+        Raises
+        ------
+        ValueError
+            If the device is unusable, or a learning rate or the noise's
+            standard deviation overflows float32.
+        """
         check_device(self.device)
         f32_max = float(np.finfo(np.float32).max)
         lrs = {"lr": self.lr, "gan_lr": getattr(self, "gan_lr", None)}
@@ -331,10 +553,34 @@ class DPNet(NeuralNet):
                     f"standard deviation that overflows float32; use a clipping bound such as 1.0.")
 
     def epsilon_spent(self):
-        """Epsilon spent by all steps so far, at ``delta``."""
+        """Return the epsilon spent by all steps so far, at ``delta``.
+
+        Returns
+        -------
+        epsilon : float
+            The accountant's certified epsilon.
+        """
         return self.accountant_.get_epsilon(self.delta)
 
     def fit_loop(self, X, y=None, epochs=None, **fit_params):
+        """Plan the privacy, charge the ledger, then run skorch's loop over Poisson lots.
+
+        Parameters
+        ----------
+        X : array-like, memmap or torch Dataset
+            Training inputs.
+        y : array-like or None, default=None
+            Training targets (None for a Dataset of ``(x, y)`` items).
+        epochs : int or None, default=None
+            Number of epochs; ``max_epochs`` if None.
+        **fit_params : dict
+            Passed to :meth:`train_step`.
+
+        Returns
+        -------
+        self : DPNet
+            The trained net.
+        """
         epochs = self.max_epochs if epochs is None else epochs
         n_samples = get_len(X) if not isinstance(X, torch.utils.data.Dataset) else len(X)
         if self.train_split is not None:
@@ -376,7 +622,24 @@ class DPNet(NeuralNet):
                 if isinstance(v, (numbers.Number, str, bool, type(None)))}
 
     def make_engine(self, module, noise_multiplier, expected_batch_size, clipping=None):
-        """A ``DPSGDEngine`` for ``module`` drawing noise from the fit's generator."""
+        """Build a ``DPSGDEngine`` for ``module`` drawing noise from the fit's generator.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            The network whose gradients the engine releases.
+        noise_multiplier : float
+            Sigma of each release.
+        expected_batch_size : float
+            Expected lot size ``q * n``: the noisy sum is divided by it.
+        clipping : {"auto", "ghost", "vmap"} or None, default=None
+            The clipping method; the net's ``clipping`` if None.
+
+        Returns
+        -------
+        engine : skdp.engine.DPSGDEngine
+            The engine.
+        """
         return DPSGDEngine(
             module, max_grad_norm=self.max_grad_norm, noise_multiplier=noise_multiplier,
             expected_batch_size=expected_batch_size,
@@ -384,17 +647,44 @@ class DPNet(NeuralNet):
             clipping=self.clipping if clipping is None else clipping)
 
     def initialize_engines(self, sigma, expected_batch_size):
-        """Set the engines ``train_step`` uses for this fit; returns their attribute names.
+        """Set the engines ``train_step`` uses for this fit.
 
         Nets that update several networks per lot (a GAN) override this and
         ``train_step``; each accounted step must stay one Gaussian mechanism of
         multiplier ``sigma`` (k releases on one lot: ``sigma * sqrt(k)`` each).
+
+        Parameters
+        ----------
+        sigma : float
+            The planned noise multiplier.
+        expected_batch_size : float
+            Expected lot size ``q * n``.
+
+        Returns
+        -------
+        names : list of str
+            The attribute names of the engines set (closed when the fit ends).
         """
         self.engine_ = self.make_engine(self.module_, sigma, expected_batch_size)
         return ["engine_"]
 
     # ---- the DP step --------------------------------------------------------------------
     def get_iterator(self, dataset, training=False):
+        """Return Poisson lots for training, sequential chunks otherwise.
+
+        Parameters
+        ----------
+        dataset : skorch Dataset, torch Dataset or row source
+            The data.
+        training : bool, default=False
+            True: lots of the fit's sample rate, drawn from its fresh
+            generator (what the accountant assumes). False: chunks in order.
+
+        Returns
+        -------
+        iterator : iterable of batches
+            The lots or chunks.
+        """
         if not training:
             # Sequential chunks; torch's DataLoader would draw a seed from the global generator.
             batch_size = self.get_params_for("iterator_valid").get("batch_size", self.batch_size)
@@ -405,20 +695,80 @@ class DPNet(NeuralNet):
         return _LotLoader(dataset, sampler)
 
     def get_train_inputs(self, Xi, yi):
-        """Tensors, batch first, that ``per_example_loss`` receives after ``forward``."""
+        """Return the tensors, batch first, that ``per_example_loss`` receives after ``forward``.
+
+        Parameters
+        ----------
+        Xi : array-like or tensor
+            The lot's inputs.
+        yi : array-like or tensor
+            The lot's targets.
+
+        Returns
+        -------
+        inputs : tuple of torch.Tensor
+            ``(X, y)`` on the net's device.
+        """
         return (to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device))
 
     def per_example_loss(self, forward, X, y):
-        """One loss per example; ``forward`` is the module (or a functional stand-in)."""
+        """Compute one loss per example; ``forward`` is the module (or a functional stand-in).
+
+        Parameters
+        ----------
+        forward : callable
+            The module, or the engine's functional version of it.
+        X : torch.Tensor
+            The lot's inputs.
+        y : torch.Tensor
+            The lot's targets.
+
+        Returns
+        -------
+        losses : torch.Tensor of shape (lot_size,)
+            The criterion per example.
+        """
         return self.criterion_(forward(X), y)
 
     def get_loss(self, y_pred, y_true, X=None, training=False):
+        """Return the mean criterion (skorch's validation and scoring hook; training uses the engine).
+
+        Parameters
+        ----------
+        y_pred : torch.Tensor
+            Predictions.
+        y_true : array-like or torch.Tensor
+            Targets.
+        X : object, default=None
+            Unused.
+        training : bool, default=False
+            Unused.
+
+        Returns
+        -------
+        loss : torch.Tensor
+            The mean loss.
+        """
         return self.criterion_(y_pred, to_tensor(y_true, device=self.device)).mean()
 
     def private_step(self, engine, loss_fn, inputs, optimizer=None):
         """Release one noisy clipped gradient of ``loss_fn`` on the lot and step ``optimizer``.
 
-        Returns the per-example losses (unnoised: for the curator's log only).
+        Parameters
+        ----------
+        engine : skdp.engine.DPSGDEngine
+            The engine that clips and adds noise.
+        loss_fn : callable
+            ``loss_fn(forward, *inputs)`` returns one loss per example.
+        inputs : tuple of torch.Tensor
+            The lot, batch first.
+        optimizer : torch.optim.Optimizer or None, default=None
+            Steps on the noisy gradient; the net's optimizer if None.
+
+        Returns
+        -------
+        losses : torch.Tensor
+            The per-example losses (unnoised: for the curator's log only).
         """
         optimizer = self.optimizer_ if optimizer is None else optimizer
         optimizer.zero_grad(set_to_none=True)
@@ -429,16 +779,40 @@ class DPNet(NeuralNet):
         return losses
 
     def update_on_lot(self, inputs):
-        """The lot's update: one private step of ``per_example_loss``. Returns per-example losses.
+        """Apply the lot's update: one private step of ``per_example_loss``.
 
         Nets that update several networks on one lot (a GAN) override this; each
         accounted lot must stay one Gaussian mechanism of multiplier
         ``noise_multiplier_`` (k releases on one lot: ``sigma * sqrt(k)`` each).
+
+        Parameters
+        ----------
+        inputs : tuple of torch.Tensor
+            The lot, from :meth:`get_train_inputs`.
+
+        Returns
+        -------
+        losses : torch.Tensor
+            The per-example losses (for the curator's log).
         """
         return self.private_step(self.engine_, self.per_example_loss, inputs)
 
     def train_step(self, batch, **fit_params):
-        """Template: inputs -> ``update_on_lot`` -> one accountant step per lot."""
+        """Train on one lot: inputs -> ``update_on_lot`` -> one accountant step.
+
+        Parameters
+        ----------
+        batch : tuple
+            The lot ``(X, y)``.
+        **fit_params : dict
+            Unused.
+
+        Returns
+        -------
+        step : dict
+            ``{"loss": mean unnoised loss, "y_pred": None}`` (skorch's format;
+            the loss reaches only skdp's own callbacks).
+        """
         self._set_training(True)
         Xi, yi = unpack_data(batch)
         losses = self.update_on_lot(self.get_train_inputs(Xi, yi))
