@@ -37,6 +37,7 @@ class DPRNNCell(nn.Module):
 
 def _lstm_step(cell, xi, state):
     h, c = state
+    # chunk, not slices: its backward is one cat, where each slice's backward fills a zero tensor.
     i, f, g, o = (xi + cell.hh(h)).chunk(4, 1)
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     h = torch.sigmoid(o) * torch.tanh(c)
@@ -127,10 +128,12 @@ class _DPRNNBase(nn.Module):
                 k = layer * self._directions + direction
                 cell = self.cells[k]
                 s = (state[0][k], state[1][k]) if self.mode == "LSTM" else state[k]
-                xi = cell.ih(x)                               # all time steps in one call: (B, T, G*H)
+                # All time steps in one call: (B, T, G*H). unbind, not xi[:, t]: the backward of T slices
+                # would allocate T zero tensors of xi's size, the backward of one unbind stacks once.
+                xs = cell.ih(x).unbind(1)
                 hs = [None] * T
                 for t in (range(T - 1, -1, -1) if direction else range(T)):
-                    hs[t], s = step(cell, xi[:, t], s)        # hh: one call per time step
+                    hs[t], s = step(cell, xs[t], s)           # hh: one call per time step
                 outs.append(torch.stack(hs, 1))
                 if self.mode == "LSTM":
                     finals_h.append(s[0])
