@@ -30,6 +30,17 @@ def naive_clipped_sum(model, X, y, C):
     return total, torch.stack(norms)
 
 
+class Scale(nn.Module):
+    """A layer no rule covers (its own parameter, its own forward): the vmap path."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.gain = nn.Parameter(torch.linspace(0.5, 1.5, d))
+
+    def forward(self, x):
+        return x * self.gain
+
+
 def models():
     g = torch.Generator().manual_seed(0)
     return {
@@ -44,8 +55,10 @@ def models():
                                torch.randn(12, 3, 5, generator=g)),
         "groupnorm": (nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.PReLU(4), nn.Flatten(),
                                     nn.Linear(64, 4)), torch.randn(12, 1, 4, 4, generator=g)),
-        "layernorm_fallback": (nn.Sequential(nn.Linear(5, 7), nn.LayerNorm(7), nn.Linear(7, 4)),
-                               torch.randn(12, 5, generator=g)),
+        "layernorm": (nn.Sequential(nn.Linear(5, 7), nn.LayerNorm(7), nn.Linear(7, 4)),
+                      torch.randn(12, 5, generator=g)),
+        "custom_fallback": (nn.Sequential(nn.Linear(5, 7), Scale(7), nn.Linear(7, 4)),
+                            torch.randn(12, 5, generator=g)),
     }
 
 
@@ -76,17 +89,34 @@ def test_conv_per_example_gradients_by_grouped_convolution(monkeypatch):
 def test_auto_clipping_uses_hooks_where_it_can():
     model, _ = models()["cnn_grouped_prelu"]
     assert isinstance(make_clipper(model, "auto"), HookClipper)
-    model, _ = models()["layernorm_fallback"]
+    model, _ = models()["custom_fallback"]
     assert isinstance(make_clipper(model, "auto"), FunctionalClipper)
     assert _ghost_is_cheaper(4, 144, 16) and not _ghost_is_cheaper(784, 9, 16)
 
 
-def test_shared_layer_is_refused_by_hooks():
-    lin = nn.Linear(4, 4)
-    model = nn.Sequential(lin, nn.Tanh(), lin)
+def test_layer_called_twice_without_a_stacking_rule_is_refused_by_hooks():
+    conv = nn.Conv2d(1, 1, 3, padding=1)
+    model = nn.Sequential(conv, nn.Tanh(), conv, nn.Flatten(), nn.Linear(9, 3))
     clipper = HookClipper(model)
     with pytest.raises(TypeError, match="twice"):
-        clipper.clipped_sum(ce_loss, (torch.randn(3, 4), torch.tensor([0, 1, 2])), 1.0)
+        clipper.clipped_sum(ce_loss, (torch.randn(3, 1, 3, 3), torch.tensor([0, 1, 2])), 1.0)
+
+
+def test_linear_called_twice_is_stacked_exactly_by_hooks():
+    # Per-example gradient of a Linear used twice: g1 a1^T + g2 a2^T, the one-call gradient of the two
+    # calls stacked along a token axis.
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    model = nn.Sequential(lin, nn.Tanh(), lin)
+    X, y = 3 * torch.randn(6, 4), torch.arange(6) % 4
+    ref, ref_norms = naive_clipped_sum(model, X, y, C=0.5)
+    clipper = HookClipper(model)
+    _, pairs, norms = clipper.clipped_sum(ce_loss, (X, y), 0.5)
+    assert clipper._verified
+    got = {id(p): g for p, g in pairs}
+    for p, r in zip(model.parameters(), ref):
+        torch.testing.assert_close(got[id(p)], r, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(norms, ref_norms, atol=1e-4, rtol=1e-4)
 
 
 def _engine(model, sigma, L=10, seed=0):

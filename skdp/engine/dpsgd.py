@@ -11,7 +11,8 @@ optimizer then steps on these gradients; momentum and the like are
 post-processing.
 
 Before the first clipped step the engine refuses modules that break the
-sensitivity bound whatever the clipping (``validators.check_dp_compatible``:
+sensitivity bound whatever the clipping (``checker.check_module``, which runs
+the validators of ``validators.check_dp_compatible``:
 BatchNorm in train mode mixes the examples of a lot, running statistics are
 released without noise). With ``clipping="auto"`` a hook clipper that finds at
 run time that it cannot clip the model exactly (a layer called twice, a first
@@ -25,7 +26,7 @@ import torch
 
 from .functional import FunctionalClipper
 from .hooks import HookClipper, UnsupportedModelError
-from .validators import check_dp_compatible
+from .checker import check_module
 
 CLIPPINGS = ("auto", "ghost", "vmap")
 
@@ -77,7 +78,8 @@ class DPSGDEngine:
         return self.noise_multiplier == 0 and math.isinf(self.max_grad_norm)
 
     def _make_clipper(self):
-        check_dp_compatible(self.module)
+        # The one home of the module checks (skdp.nn.check_module): refused before any clipped step.
+        check_module(self.module, self.clipping).raise_if_refused()
         return make_clipper(self.module, self.clipping)
 
     def _clipped_sum(self, per_example_loss, inputs):

@@ -8,7 +8,9 @@ clipped gradient sums.
 
 The rules are exact only when (i) each trainable parameter belongs to one
 hooked layer, is covered by that layer's rule and is used only inside that
-layer's forward, once; (ii) dim 0 of every hooked input and output is the
+layer's forward (several calls of one layer in a forward, the cell of an RNN
+once per time step, are stacked into one when the layer's rule declares how:
+``layers.register(..., stack=...)``; otherwise refused); (ii) dim 0 of every hooked input and output is the
 example. The hooks check (i) at construction (shared parameters, uncovered
 parameters, forward replaced on the instance) and at the forward (a layer
 called twice); (ii) on every lot (first dim == lot size) and, on the first lot
@@ -34,7 +36,7 @@ import math
 import torch
 
 from ..exceptions import UnsupportedModelError
-from .layers import RULE_PARAMS, rule_for, uncovered_params
+from .layers import lookup, uncovered_params
 from .validators import buffer_versions, check_buffers_unchanged, check_dp_compatible
 
 
@@ -53,7 +55,7 @@ def _zero_rows(x, keep):
 
 def _apply_rules(layers, n, dtype):
     """Per-example squared norms (summed over layers) and the layers' ``clipped(scale)`` closures."""
-    norm_sq = torch.zeros(n, dtype=dtype, device=layers[0][3].device) if layers else torch.zeros(n, dtype=dtype)
+    norm_sq = torch.zeros(n, dtype=dtype, device=layers[0][4].device) if layers else torch.zeros(n, dtype=dtype)
     pending = []
     for _, sub, rule, a, g in layers:
         layer_norm_sq, clipped = rule(sub, a, g)
@@ -76,17 +78,17 @@ class HookClipper:
         self.layers = []
         owners = {}
         for name, sub in _layers_with_params(module):
-            rule = rule_for(sub)
+            rule = lookup(sub)
             kind = type(sub).__name__
             if rule is None:
                 raise UnsupportedModelError(
                     f"Layer {name!r} ({kind}) has no per-layer clipping rule; "
                     f"{_FIX}, or register one with skdp.engine.layers.register.")
-            extra = uncovered_params(sub)
+            extra = uncovered_params(sub, rule)
             if extra:
                 raise UnsupportedModelError(
                     f"Layer {name!r} ({kind}) has trainable parameter(s) {extra} that its clipping rule does "
-                    f"not cover (it accounts for {RULE_PARAMS[type(sub)]}): their gradient would be left out "
+                    f"not cover (it accounts for {rule.params}): their gradient would be left out "
                     f"of the per-example norm. {_FIX[0].upper() + _FIX[1:]}, or move them to a module with a rule.")
             if "forward" in vars(sub):
                 raise UnsupportedModelError(
@@ -105,6 +107,7 @@ class HookClipper:
                 f"Parameters shared by layers {', '.join(map(repr, shared[0]))} (tied weights): the per-layer "
                 f"norms would under-count the shared gradient by up to sqrt({len(shared[0])}); {_FIX}.")
         self._names = {sub: name for name, sub, _ in self.layers}
+        self._rules = {sub: rule for _, sub, rule in self.layers}
         self._records = None
         self._verified = False
         self._handles = [sub.register_forward_hook(self._hook) for _, sub, _ in self.layers]
@@ -112,11 +115,12 @@ class HookClipper:
     def _hook(self, sub, inputs, output):
         if self._records is None:
             return
-        if sub in self._records:
+        calls = self._records.setdefault(sub, [])
+        if calls and self._rules[sub].stack is None:
             raise UnsupportedModelError(
                 f"Layer {self._names[sub]!r} ({type(sub).__name__}) was called twice in one forward pass "
-                f"(shared weights); {_FIX}.")
-        self._records[sub] = (inputs[0].detach(), output)
+                f"(shared weights) and its rule cannot stack calls; {_FIX}.")
+        calls.append((inputs[0].detach(), output))
 
     def remove(self):
         for h in self._handles:
@@ -130,8 +134,25 @@ class HookClipper:
             records = self._records
         finally:
             self._records = None
-        used = [(name, sub, rule, *records[sub]) for name, sub, rule in self.layers if sub in records]
+        # One record per call: (name, sub, rule, a, output); the calls of one layer are merged after the backward.
+        used = [(name, sub, rule, a, out) for name, sub, rule in self.layers for a, out in records.get(sub, ())]
         return losses, used
+
+    @staticmethod
+    def _merge_calls(used, grads):
+        """``[(name, sub, rule.fn, a, g)]``, one per layer: calls of one layer stacked by its rule's ``stack``.
+
+        A call whose output does not reach the loss (grad None) contributes nothing to the gradient.
+        """
+        by_layer = {}
+        for rec, g in zip(used, grads):
+            if g is not None:
+                by_layer.setdefault(rec[1], (rec[0], rec[2], []))[2].append((rec[3], g))
+        layers = []
+        for sub, (name, rule, calls) in by_layer.items():
+            a, g = calls[0] if len(calls) == 1 else rule.stack(sub, calls)
+            layers.append((name, sub, rule.fn, a, g))
+        return layers
 
     @staticmethod
     def _check_example_dim(losses, used, n):
@@ -155,10 +176,10 @@ class HookClipper:
         self._check_example_dim(losses, used, k)
         params = [p for p in self.module.parameters() if p.requires_grad]
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used] + params, allow_unused=True)
-        layers = [(*rec[:4], g) for rec, g in zip(used, grads) if g is not None]
+        layers = self._merge_calls(used, grads[:len(used)])
         if not layers or not torch.isfinite(losses.detach()).all():
             return  # nothing to compare on this lot; probe the next one
-        _, pending = _apply_rules(layers, k, layers[0][3].dtype)
+        _, pending = _apply_rules(layers, k, layers[0][4].dtype)
         ones = losses.new_ones(k)
         mine = {}
         for clipped in pending:
@@ -192,9 +213,9 @@ class HookClipper:
         check_buffers_unchanged(self.module, versions)
         self._check_example_dim(losses, used, n)
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
-        layers = [(*rec[:4], g) for rec, g in zip(used, grads) if g is not None]
+        layers = self._merge_calls(used, grads)
         losses = losses.detach()
-        dtype = layers[0][3].dtype if layers else losses.dtype
+        dtype = layers[0][4].dtype if layers else losses.dtype
         norm_sq, pending = _apply_rules(layers, n, dtype)
         if bool(torch.isfinite(norm_sq + losses.to(dtype)).all()):  # the fast path: one check per lot
             norms = norm_sq.sqrt()
@@ -206,7 +227,9 @@ class HookClipper:
     def _wide_clipped_sum(layers, losses, max_grad_norm, dtype):
         """The rules in float64; examples with a non-finite norm or loss contribute exactly zero."""
         n = losses.shape[0]
-        wide = [(name, sub, rule, a.double(), g.double()) for name, sub, rule, a, g in layers]
+        # Index inputs (an Embedding's tokens) stay integers.
+        wide = [(name, sub, rule, a.double() if a.is_floating_point() else a, g.double())
+                for name, sub, rule, a, g in layers]
         norm_sq, pending = _apply_rules(wide, n, torch.float64)
         bad = ~torch.isfinite(norm_sq) | ~torch.isfinite(losses)
         if bool(bad.any()):

@@ -14,7 +14,20 @@ nn.Parameter(...)``), whose gradient the rule would leave out of the norm.
 
 Rules are dtype-generic: the hooks call them on float64 copies of ``a`` and
 ``g`` when a float32 norm overflows (one record of 1e20 squares to 1e40).
+
+A layer called several times in one forward (the cell of an RNN, once per time
+step) is exact when its per-example gradient is the sum over calls of the same
+bilinear form: for Linear, ``sum_t g_t a_t^T`` is the gradient of one call on the
+calls stacked along a token axis. ``register(..., stack=fn)`` declares how to
+stack the calls' ``(a, g)`` into one; a layer without ``stack`` called twice is
+refused by the hooks (``clipping="auto"`` then takes the vmap path).
+
+Lookup (``rule_for``) goes through ``RULE_PROVIDERS`` in order: skdp's own rules
+by exact type, then Opacus's registered grad samplers (per-example gradients
+of one layer, when Opacus is installed). Each provider returns a ``Rule`` or
+None; the vmap path takes what none of them covers.
 """
+from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,29 +35,106 @@ from torch import nn
 LAYER_RULES = {}
 #: Per layer type, the names of the direct parameters its rule accounts for.
 RULE_PARAMS = {}
+#: Per layer type, ``stack(module, calls) -> (a, g)`` merging several calls of one forward into one.
+CALL_STACKERS = {}
+#: Per layer type, ``accepts(module) -> str or None``: why this instance is not covered by its rule.
+RULE_LIMITS = {}
 
 
-def register(*layer_types, params=("weight", "bias")):
+@dataclass(frozen=True)
+class Rule:
+    """What the hooks apply to one layer: the rule, the parameters it covers, how to stack calls.
+
+    ``path`` names where the rule comes from ("rule": skdp's own, "opacus": an Opacus grad sampler).
+    """
+    fn: object
+    params: tuple
+    stack: object = None
+    path: str = "rule"
+
+
+def register(*layer_types, params=("weight", "bias"), stack=None, limits=None):
+    """Register ``fn(module, a, g) -> (norm_sq, clipped)`` for ``layer_types`` (exact types).
+
+    ``params``: the direct parameters the rule accounts for; ``stack(module, calls)``: merges the
+    ``[(a, g), ...]`` of several calls into one ``(a, g)`` (exact only when the per-example gradient
+    is additive over calls in the rule's own form); ``limits(module)``: a reason string when an
+    instance is outside the rule (string padding, max_norm, ...), or None.
+    """
     def deco(fn):
         for t in layer_types:
             LAYER_RULES[t] = fn
             RULE_PARAMS[t] = tuple(params)
+            if stack is not None:
+                CALL_STACKERS[t] = stack
+            if limits is not None:
+                RULE_LIMITS[t] = limits
         return fn
     return deco
 
 
-def uncovered_params(module):
-    """Names of ``module``'s trainable direct parameters that its rule does not account for."""
-    covered = RULE_PARAMS.get(type(module), ())
-    return [name for name, p in module.named_parameters(recurse=False) if p.requires_grad and name not in covered]
+def _own_rule(module):
+    fn = LAYER_RULES.get(type(module))
+    if fn is None:
+        return None
+    limit = RULE_LIMITS.get(type(module))
+    if limit is not None and limit(module):
+        return None
+    return Rule(fn, RULE_PARAMS[type(module)], CALL_STACKERS.get(type(module)), "rule")
+
+
+def _opacus_samplers():
+    try:
+        from opacus.grad_sample import GradSampleModule
+    except Exception:  # noqa: BLE001 - Opacus is optional; any import failure means "not available"
+        return {}
+    return GradSampleModule.GRAD_SAMPLERS
+
+
+def _opacus_rule(module):
+    sampler = _opacus_samplers().get(type(module))
+    if sampler is None:
+        return None
+
+    def rule(module, a, g):
+        # Opacus's grad samplers return per-example gradients {param: (B, *param.shape)} of one call.
+        grads = [(p, gs) for p, gs in sampler(module, [a], g).items() if p.requires_grad]
+        B = g.shape[0]
+        norm_sq = sum((gs.reshape(B, -1).pow(2).sum(1) for _, gs in grads), g.new_zeros(B))
+
+        def clipped(scale):
+            return [(p, torch.tensordot(scale.to(gs.dtype), gs, dims=1)) for p, gs in grads]
+
+        return norm_sq, clipped
+
+    # An Opacus sampler covers the layer's own parameters; the hooks' probe checks its sums on the first lot.
+    return Rule(rule, tuple(n for n, _ in module.named_parameters(recurse=False)), None, "opacus")
+
+
+#: Tried in order; the first that returns a Rule wins.
+RULE_PROVIDERS = [_own_rule, _opacus_rule]
+
+
+def lookup(module):
+    """The ``Rule`` covering ``module``, or None (the vmap path)."""
+    for provider in RULE_PROVIDERS:
+        rule = provider(module)
+        if rule is not None:
+            return rule
+    return None
 
 
 def rule_for(module):
-    """The rule for ``module``'s type, or None when the layer is not supported."""
-    rule = LAYER_RULES.get(type(module))
-    if rule is conv2d_rule and (isinstance(module.padding, str) or module.padding_mode != "zeros"):
-        return None
-    return rule
+    """The rule function for ``module``, or None when no per-layer rule covers it."""
+    rule = lookup(module)
+    return None if rule is None else rule.fn
+
+
+def uncovered_params(module, rule=None):
+    """Names of ``module``'s trainable direct parameters that its rule does not account for."""
+    rule = lookup(module) if rule is None else rule
+    covered = rule.params if rule is not None else ()
+    return [name for name, p in module.named_parameters(recurse=False) if p.requires_grad and name not in covered]
 
 
 def _trainable(param):
@@ -56,7 +146,25 @@ def _ghost_is_cheaper(T, d, p):
     return T * T * (d + p) < T * d * p
 
 
-@register(nn.Linear)
+def _stacker(a_features, g_features):
+    """Stack the calls of one forward along a token axis after the batch.
+
+    The per-example gradient of a weight used in several calls is the sum over calls (and tokens) of
+    each call's bilinear term (``sum_t g_t a_t^T`` for Linear), which is what the rule computes for one
+    call on the concatenated tokens: exact. ``a_features``/``g_features`` count the trailing feature dims
+    kept (Linear: 1 and 1; Embedding: 0 and 1; LayerNorm: len(normalized_shape) for both).
+    """
+    def flat(x, k):
+        return x.reshape(x.shape[0], -1, *(x.shape[x.dim() - k:] if k else ()))
+
+    def stack(module, calls):
+        return (torch.cat([flat(a, a_features) for a, _ in calls], 1),
+                torch.cat([flat(g, g_features) for _, g in calls], 1))
+    return stack
+
+
+# nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
+@register(nn.Linear, nn.modules.linear.NonDynamicallyQuantizableLinear, stack=_stacker(1, 1))
 def linear_rule(module, a, g):
     B, d, p = a.shape[0], a.shape[-1], g.shape[-1]
     use_w, use_b = _trainable(module.weight), _trainable(module.bias)
@@ -72,6 +180,7 @@ def linear_rule(module, a, g):
         a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
         if use_w:
             if _ghost_is_cheaper(a3.shape[1], d, p):
+                # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices.
                 norm_sq += (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(g3, g3.transpose(1, 2))).sum((1, 2))
             else:
                 norm_sq += torch.einsum("btp,btd->bpd", g3, a3).pow(2).sum((1, 2))
@@ -95,45 +204,80 @@ def linear_rule(module, a, g):
 UNFOLD_LIMIT = 2 ** 20
 
 
-def _per_example_conv_weight(module, a, g):
-    """Per-example weight gradients ``(B, O, C/G * kh * kw)``.
+class _ConvGeometry:
+    """A convolution's input as the layer pads it, with explicit zero padding.
 
-    Small inputs: unfold and contract. Large maps (a 9x9 kernel on a 112x88 image unfolds to
-    B x 2592 x 9856): one convolution-weight gradient with the batch folded into the groups.
+    String padding ("same", "valid") and padding modes other than zeros pad the input before the
+    convolution (``module._reversed_padding_repeated_twice``, as torch does for "same": the odd pixel on
+    the right); the rules then see an ordinary convolution with padding 0 on the padded input.
+    A Conv1d is a Conv2d on a (1, L) image: kernel, stride, padding and dilation get a leading 1.
     """
-    B, O, G = a.shape[0], module.out_channels, module.groups
-    D = module.weight[0].numel()
-    T = g.shape[2] * g.shape[3]
-    if B * D * T <= UNFOLD_LIMIT:
-        cols = F.unfold(a, module.kernel_size, dilation=module.dilation, padding=module.padding,
-                        stride=module.stride).reshape(B, G, D, T)
-        return torch.einsum("bgot,bgdt->bgod", g.reshape(B, G, O // G, T), cols).reshape(B, O, D)
-    w = torch.nn.grad.conv2d_weight(a.reshape(1, -1, *a.shape[2:]), (B * O,) + tuple(module.weight.shape[1:]),
-                                    g.reshape(1, -1, *g.shape[2:]), module.stride, module.padding,
-                                    module.dilation, B * G)
-    return w.reshape(B, O, D)
+
+    def __init__(self, module, a):
+        nd = a.dim() - 2
+        self.nd, self.groups = nd, module.groups
+        stride, dilation, kernel = module.stride, module.dilation, module.kernel_size
+        if isinstance(module.padding, str) or module.padding_mode != "zeros":
+            mode = "constant" if module.padding_mode == "zeros" else module.padding_mode
+            a = F.pad(a, module._reversed_padding_repeated_twice, mode=mode)
+            padding = (0,) * nd
+        else:
+            padding = module.padding
+        self.a, self.stride, self.padding, self.dilation, self.kernel = a, stride, padding, dilation, kernel
+        self.weight_grad = getattr(torch.nn.grad, f"conv{nd}d_weight")
+
+    def unfold(self):
+        """Columns ``(B, C*prod(k), T)`` by im2col (1-D and 2-D only), or None."""
+        if self.nd == 2:
+            return F.unfold(self.a, self.kernel, dilation=self.dilation, padding=self.padding, stride=self.stride)
+        if self.nd == 1:
+            return F.unfold(self.a.unsqueeze(2), (1,) + self.kernel, dilation=(1,) + self.dilation,
+                            padding=(0,) + self.padding, stride=(1,) + self.stride)
+        return None
+
+    def per_example_weight(self, module, g):
+        """Per-example weight gradients ``(B, O, C/G * prod(k))``.
+
+        Small inputs (1-D, 2-D): unfold and contract. Large maps and 3-D: one convolution-weight gradient
+        with the batch folded into the groups (example b's channels only meet example b's filters).
+        """
+        a, B, O, G = self.a, self.a.shape[0], module.out_channels, self.groups
+        D = module.weight[0].numel()
+        T = g[0, 0].numel()
+        if self.nd <= 2 and B * D * T <= UNFOLD_LIMIT:
+            cols = self.unfold().reshape(B, G, D, T)
+            return torch.einsum("bgot,bgdt->bgod", g.reshape(B, G, O // G, T), cols).reshape(B, O, D)
+        w = self.weight_grad(a.reshape(1, -1, *a.shape[2:]), (B * O,) + tuple(module.weight.shape[1:]),
+                             g.reshape(1, -1, *g.shape[2:]), self.stride, self.padding, self.dilation, B * G)
+        return w.reshape(B, O, D)
+
+    def clipped_weight(self, module, g, scale):
+        gs = g * scale.view(-1, *([1] * (g.dim() - 1)))
+        return self.weight_grad(self.a, module.weight.shape, gs, self.stride, self.padding, self.dilation,
+                                self.groups)
 
 
-@register(nn.Conv2d)
-def conv2d_rule(module, a, g):
+@register(nn.Conv1d, nn.Conv2d, nn.Conv3d)
+def conv_rule(module, a, g):
     B, G = a.shape[0], module.groups
     use_w, use_b = _trainable(module.weight), _trainable(module.bias)
     O = g.shape[1]
+    geo = _ConvGeometry(module, a)
     g_flat = g.reshape(B, O, -1)                      # (B, O, T)
     norm_sq = a.new_zeros(B)
     per_example = None
     if use_w:
         T = g_flat.shape[-1]
         D, P = module.weight[0].numel(), O // G
-        if _ghost_is_cheaper(T, D, P):
-            cols = F.unfold(a, module.kernel_size, dilation=module.dilation,
-                            padding=module.padding, stride=module.stride).reshape(B, G, D, T)
+        if geo.nd <= 2 and _ghost_is_cheaper(T, D, P):
+            # ||sum_t g_t c_t^T||^2 = sum_{t,s} (c_t . c_s)(g_t . g_s) per group, c_t the unfolded patch.
+            cols = geo.unfold().reshape(B, G, D, T)
             gg = g_flat.reshape(B, G, P, T)
             aa = torch.einsum("bgdt,bgds->bgts", cols, cols)
             gg2 = torch.einsum("bgot,bgos->bgts", gg, gg)
             norm_sq += (aa * gg2).sum((1, 2, 3))
         else:
-            per_example = _per_example_conv_weight(module, a, g).reshape(B, G, P, D)
+            per_example = geo.per_example_weight(module, g).reshape(B, G, P, D)
             norm_sq += per_example.pow(2).sum((1, 2, 3))
     if use_b:
         g_bias = g_flat.sum(2)
@@ -145,14 +289,16 @@ def conv2d_rule(module, a, g):
             if per_example is not None:
                 w = torch.einsum("b,bgod->god", scale, per_example).reshape(module.weight.shape)
             else:
-                w = torch.nn.grad.conv2d_weight(a, module.weight.shape, g * scale.view(-1, 1, 1, 1),
-                                                module.stride, module.padding, module.dilation, G)
+                w = geo.clipped_weight(module, g, scale)
             out.append((module.weight, w))
         if use_b:
             out.append((module.bias, scale @ g_bias))
         return out
 
     return norm_sq, clipped
+
+
+conv2d_rule = conv_rule  # the name earlier releases exported
 
 
 @register(nn.PReLU, params=("weight",))
@@ -187,5 +333,65 @@ def group_norm_rule(module, a, g):
 
     def clipped(scale):
         return [(p, scale @ pe) for p, pe in per_example]
+
+    return norm_sq, clipped
+
+
+def _embedding_limits(module):
+    if module.max_norm is not None:
+        return "max_norm renormalises the weight in place in the forward"
+    if module.scale_grad_by_freq:
+        return "scale_grad_by_freq scales by the token counts of the whole lot"
+    if module.sparse:
+        return "sparse gradients"
+    return None
+
+
+@register(nn.Embedding, params=("weight",), stack=_stacker(0, 1), limits=_embedding_limits)
+def embedding_rule(module, a, g):
+    # Example b's gradient has row v = sum of g_t over its tokens t with index v (none for padding_idx).
+    # Summing per (example, index) key gives those rows without building (B x vocabulary x dim).
+    B, V, p = g.shape[0], module.num_embeddings, g.shape[-1]
+    idx = a.reshape(B, -1)
+    gg = g.reshape(B, -1, p)
+    if module.padding_idx is not None:
+        gg = gg * (idx != module.padding_idx).unsqueeze(-1).to(gg.dtype)
+    key = (torch.arange(B, device=idx.device).unsqueeze(1) * V + idx).reshape(-1)
+    keys, inverse = torch.unique(key, return_inverse=True)
+    rows = gg.new_zeros(keys.shape[0], p).index_add_(0, inverse, gg.reshape(-1, p))
+    owner, vocab = keys // V, keys % V
+    use_w = _trainable(module.weight)
+    norm_sq = gg.new_zeros(B)
+    if use_w:
+        norm_sq = norm_sq.index_add_(0, owner, rows.pow(2).sum(1))
+
+    def clipped(scale):
+        if not use_w:
+            return []
+        w = rows.new_zeros(V, p).index_add_(0, vocab, rows * scale[owner].unsqueeze(1))
+        return [(module.weight, w)]
+
+    return norm_sq, clipped
+
+
+def _layer_norm_stacker(module, calls):
+    return _stacker(len(module.normalized_shape), len(module.normalized_shape))(module, calls)
+
+
+@register(nn.LayerNorm, stack=_layer_norm_stacker)
+def layer_norm_rule(module, a, g):
+    # weight scales the normalised input elementwise: example b's gradient is sum over its tokens of
+    # g * a_hat (bias: of g). Both have the size of normalized_shape: per-example gradients are cheap.
+    B = a.shape[0]
+    a_hat = F.layer_norm(a, module.normalized_shape, None, None, module.eps)
+    per_example = []
+    if _trainable(module.weight):
+        per_example.append((module.weight, (g * a_hat).reshape(B, -1, *module.normalized_shape).sum(1)))
+    if _trainable(module.bias):
+        per_example.append((module.bias, g.reshape(B, -1, *module.normalized_shape).sum(1)))
+    norm_sq = sum((pe.reshape(B, -1).pow(2).sum(1) for _, pe in per_example), a.new_zeros(B))
+
+    def clipped(scale):
+        return [(p, torch.tensordot(scale, pe, dims=1)) for p, pe in per_example]
 
     return norm_sq, clipped

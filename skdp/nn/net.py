@@ -602,7 +602,10 @@ class DPNet(NeuralNet):
         self._private_log = {}
         engines = []
         try:
-            # The engines validate the module (examples mixed, unsupported layers) before any charge.
+            # The engines check the module (skdp.nn.check_module: examples mixed, unsupported layers) before
+            # any charge, in the train/eval modes train_step will use: a BatchNorm left in eval mode with
+            # trainable parameters is switched to train mode by every step, so it is checked in train mode.
+            self._set_training(True)
             engines = self.initialize_engines(sigma, sample_rate * n_samples)
             if self.ledger is not None:
                 self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
