@@ -172,24 +172,46 @@ def _opacus_accountant(accounting):
 
 
 class PrivacyAccountant:
-    """History of (noise multiplier, sample rate, steps) events of one training run.
+    """History of the (noise multiplier, sample rate, steps) events of one training run.
+
+    Each event is ``n_steps`` releases of the Poisson-subsampled Gaussian
+    mechanism: every record enters a step's lot independently with
+    probability ``sample_rate``, the lot's clipped gradients (L2 norm at most
+    ``C``) are summed, and ``N(0, (noise_multiplier * C)^2)`` noise is added
+    to each coordinate. :meth:`get_epsilon` composes the whole history and
+    returns the epsilon of the run at a given delta, under add/remove-one
+    adjacency. The history holds only public quantities (noise, rates,
+    counts of steps); nothing about the data is stored.
 
     Parameters
     ----------
     accounting : {"rdp", "prv"}, default="rdp"
-        RDP gives a certified upper bound at a small cost; PRV is tighter
-        (about 8-15% smaller epsilon) and slower.
+        RDP (Mironov et al.; Opacus's ``RDPAccountant``, at orders up to
+        4096) gives a certified upper bound on epsilon at a small cost in
+        tightness; PRV (Gopi et al.; Opacus's ``PRVAccountant``) is a
+        numerical estimate, tighter (about 8-15% smaller epsilon) and slower.
 
     Attributes
     ----------
+    accounting : str
+        The accountant used, ``"rdp"`` or ``"prv"``.
     history : list of (float, float, int)
         ``(noise_multiplier, sample_rate, n_steps)`` events, oldest first;
         consecutive steps with the same parameters are merged.
 
+    See Also
+    --------
+    compute_epsilon : Epsilon of a single event, without keeping a history.
+    calibrate_noise_multiplier : The smallest noise multiplier for a target epsilon.
+    BudgetLedger : Caps and records what fits spend on the same data.
+
     Examples
     --------
+    >>> from skdp.privacy import PrivacyAccountant
     >>> acc = PrivacyAccountant("rdp")
     >>> acc.step(noise_multiplier=1.5, sample_rate=0.04, n_steps=2250)
+    >>> acc.n_steps
+    2250
     >>> round(acc.get_epsilon(delta=1e-5), 4)
     7.3291
     """
@@ -267,7 +289,16 @@ class PrivacyAccountant:
 
 
 def compute_epsilon(noise_multiplier, sample_rate, n_steps, delta, accounting="rdp"):
-    """Epsilon of ``n_steps`` Poisson-subsampled Gaussian steps at ``delta``.
+    """Compute the epsilon of ``n_steps`` Poisson-subsampled Gaussian steps at ``delta``.
+
+    The run is (epsilon, ``delta``)-DP under add/remove-one adjacency: each
+    step samples every record independently with probability
+    ``sample_rate`` and releases a sum of per-record contributions of L2
+    norm at most ``C`` plus ``N(0, (noise_multiplier * C)^2)`` noise per
+    coordinate. The epsilon does not depend on ``C``; the sample rate, the
+    number of steps and the noise must be fixed without looking at the
+    data. Equivalent to one :meth:`PrivacyAccountant.step` followed by
+    :meth:`PrivacyAccountant.get_epsilon`.
 
     Parameters
     ----------
@@ -278,13 +309,34 @@ def compute_epsilon(noise_multiplier, sample_rate, n_steps, delta, accounting="r
     n_steps : int
         Number of steps, a whole number >= 0.
     delta : float
-        Failure probability, in (0, 1).
+        Failure probability, in (0, 1); keep it well below 1 / n_samples.
     accounting : {"rdp", "prv"}, default="rdp"
-        Which Opacus accountant computes the epsilon.
+        Which Opacus accountant computes the epsilon: ``"rdp"`` is a
+        certified upper bound, ``"prv"`` a tighter numerical estimate.
 
     Returns
     -------
     epsilon : float
+        Epsilon of the whole run at ``delta``: 0.0 for ``n_steps=0``, ``inf``
+        for ``noise_multiplier=0``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On an argument that is not a number or out of range.
+
+    See Also
+    --------
+    PrivacyAccountant : The same accounting over a history of events.
+    calibrate_noise_multiplier : The inverse: the noise multiplier for a target epsilon.
+
+    Examples
+    --------
+    >>> from skdp.privacy import compute_epsilon
+    >>> round(compute_epsilon(1.1, sample_rate=0.01, n_steps=1000, delta=1e-5), 3)
+    1.712
+    >>> compute_epsilon(0.0, sample_rate=0.01, n_steps=1000, delta=1e-5)
+    inf
     """
     acc = PrivacyAccountant(accounting)
     acc.step(noise_multiplier, sample_rate, n_steps)

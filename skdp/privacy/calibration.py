@@ -52,13 +52,17 @@ def _calibrate(epsilon, delta, sample_rate, n_steps, accounting, rel_tol):
 
 def calibrate_noise_multiplier(epsilon, delta, sample_rate, n_steps, accounting="rdp",
                                rel_tol=1e-3):
-    """Noise multiplier sigma such that ``n_steps`` steps at ``sample_rate`` cost <= epsilon.
+    """Find the noise multiplier with which ``n_steps`` steps at ``sample_rate`` cost at most ``epsilon``.
 
-    The smallest such sigma up to ``rel_tol``: the returned sigma always meets
-    the target (epsilon decreases in sigma and the bisection only ever
-    returns its upper end), and ``sigma * (1 - rel_tol)`` may not. The result
-    is cached: PRV calibrations take seconds and grid searches ask for the
-    same one many times.
+    Returns the smallest such sigma up to ``rel_tol``: the returned sigma
+    always meets the target, ``compute_epsilon(sigma, sample_rate, n_steps,
+    delta, accounting) <= epsilon`` (epsilon decreases in sigma and the
+    bisection only ever returns its upper end), and ``sigma * (1 - rel_tol)``
+    may not. Training with it is (``epsilon``, ``delta``)-DP under
+    add/remove-one adjacency, as certified by the chosen accountant, provided
+    ``sample_rate`` and ``n_steps`` are public (fixed without looking at the
+    data beyond its size). The result is cached: PRV calibrations take
+    seconds and grid searches ask for the same one many times.
 
     Parameters
     ----------
@@ -78,6 +82,8 @@ def calibrate_noise_multiplier(epsilon, delta, sample_rate, n_steps, accounting=
     Returns
     -------
     noise_multiplier : float
+        Noise standard deviation over the clipping norm; 0.0 for
+        ``epsilon=inf`` (no noise, not private).
 
     Raises
     ------
@@ -85,6 +91,20 @@ def calibrate_noise_multiplier(epsilon, delta, sample_rate, n_steps, accounting=
         On an argument that is not a number or out of range (checked before
         any search: NaN or zero rates used to make the search run for
         minutes), or if no sigma <= 1e6 reaches the target.
+
+    See Also
+    --------
+    compute_epsilon : The inverse: the epsilon of a given noise multiplier.
+    PrivacyAccountant : Accounting over the history of a training run.
+
+    Examples
+    --------
+    >>> from skdp.privacy import calibrate_noise_multiplier, compute_epsilon
+    >>> sigma = calibrate_noise_multiplier(1.0, 1e-5, sample_rate=0.01, n_steps=1000, rel_tol=0.05)
+    >>> sigma
+    1.5625
+    >>> compute_epsilon(sigma, 0.01, 1000, delta=1e-5) <= 1.0
+    True
     """
     epsilon = check_real("epsilon", epsilon, 0.0, math.inf, low_closed=False, high_closed=True,
                          hint="Use inf for no noise (not private).")

@@ -373,6 +373,19 @@ _STORES = {
 class BudgetLedger:
     """Total budget, spends and what remains.
 
+    The data owner's caps (``epsilon``, ``delta``) on everything released
+    about one data set, and the record of what each fit spent. Spends
+    compose by basic composition: a sequence of (epsilon_i, delta_i)-DP
+    releases is (sum epsilon_i, sum delta_i)-DP, so the ledger sums them and
+    refuses (``BudgetExceededError``, before any noise is drawn) a spend that
+    would take a total past its cap. Check and record are one atomic step,
+    across threads, and across processes for a stored ledger (SQLite file or
+    PostgreSQL server). Estimators take it as their ``ledger`` parameter; it
+    survives ``sklearn.base.clone``, so every fit of a search is charged to
+    the same ledger. The ledger certifies only the sum of what was
+    recorded: a release made without it, or a spend understated by an
+    uncertified method, is not covered.
+
     Parameters
     ----------
     url : str or None, default=None
@@ -412,12 +425,32 @@ class BudgetLedger:
     LedgerUnavailableError
         If the PostgreSQL server cannot be reached.
 
+    See Also
+    --------
+    PrivacyAccountant : The epsilon of one DP-SGD run, which a fit then spends here.
+    search_privacy_cost : What a ``GridSearchCV`` spent, by the same composition.
+    skdp.model_selection.PrivateSearchCV : A search charged once for its whole output.
+
     Examples
     --------
+    >>> from skdp.privacy import BudgetLedger
     >>> ledger = BudgetLedger(epsilon=3.0, delta=1e-5)
     >>> ledger.spend(1.0, 1e-6, label="first fit")
     >>> ledger.remaining()
     (2.0, 9e-06)
+    >>> ledger.entries
+    [(1.0, 1e-06, 'first fit')]
+
+    A spend past a cap is refused, and nothing is recorded:
+
+    >>> from skdp.exceptions import BudgetExceededError
+    >>> try:
+    ...     ledger.spend(2.5, 0.0, label="second fit")
+    ... except BudgetExceededError:
+    ...     print("refused")
+    refused
+    >>> ledger.total()
+    (1.0, 1e-06)
     """
 
     def __init__(self, url=None, *, epsilon=None, delta=None, path=None):
@@ -469,15 +502,30 @@ class BudgetLedger:
 
     # ---- public API ---------------------------------------------------------------------
     def records(self):
-        """Every spend, oldest first, as dicts with ``time``, ``epsilon``, ``delta``, ``label``,
-        ``estimator``, ``params_digest`` and ``host``."""
+        """Every spend, oldest first, with its time, label, estimator and host.
+
+        Returns
+        -------
+        records : list of dict
+            One dict per spend, oldest first, with keys ``time`` (Unix
+            seconds), ``epsilon``, ``delta``, ``label``, ``estimator``,
+            ``params_digest`` (a short SHA-256 of the estimator's parameters)
+            and ``host``.
+        """
         if self._store is None:
             with self._lock:
                 return [dict(e) for e in self._entries]
         return self._store.read()[2]
 
     def to_frame(self):
-        """The records as a pandas DataFrame (one row per spend; needs pandas)."""
+        """The records as a pandas DataFrame (one row per spend; needs pandas).
+
+        Returns
+        -------
+        frame : pandas.DataFrame
+            One row per spend, oldest first, with the columns of
+            :meth:`records`.
+        """
         import pandas as pd
 
         return pd.DataFrame(self.records(), columns=list(RECORD_FIELDS))
@@ -488,14 +536,31 @@ class BudgetLedger:
         return [(r["epsilon"], r["delta"], r["label"]) for r in self.records()]
 
     def total(self):
-        """``(epsilon, delta)`` spent so far, by basic composition (sums of the spends)."""
+        """``(epsilon, delta)`` spent so far, by basic composition (sums of the spends).
+
+        Returns
+        -------
+        epsilon : float
+            Sum of the epsilons spent (``inf`` if a fit without noise was recorded).
+        delta : float
+            Sum of the deltas spent.
+        """
         if self._store is None:
             with self._lock:
                 return self._sum(self._entries)
         return tuple(self._store.read_totals()[1])
 
     def remaining(self):
-        """``(epsilon, delta)`` still allowed: cap minus total, at least 0 (inf under an inf cap)."""
+        """``(epsilon, delta)`` still allowed: cap minus total, at least 0 (inf under an inf cap).
+
+        Returns
+        -------
+        epsilon : float
+            Epsilon cap minus the epsilon spent, at least 0; ``inf`` under an
+            infinite cap.
+        delta : float
+            Delta cap minus the delta spent, at least 0.
+        """
         eps, delta = self.total()
         # An infinite cap stays infinite even after an infinite spend (inf - inf is NaN).
         return tuple(math.inf if math.isinf(cap) else max(cap - spent, 0.0)

@@ -21,6 +21,16 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
                            read_from_data: Iterable[str] = ()):
     """Set ``epsilon_``, ``delta_``, ``privacy_certified_`` and ``privacy_notes_`` on a fitted estimator.
 
+    The one place where an estimator's privacy report is decided, so that the
+    four attributes mean the same for every skdp estimator (and for an
+    estimator written outside skdp that calls it at the end of ``fit``).
+    ``privacy_certified_`` is True only if nothing in ``privacy_notes_``
+    voids the guarantee: the mechanism is certified, ``epsilon`` is finite,
+    nothing privacy-relevant was read from the private data for free, and
+    the noise was not seeded by :func:`~skdp.insecure_noise_seed` (read from
+    the estimator's ``noise_seeded_``). An infinite ``epsilon`` sets
+    ``delta_`` to 0.
+
     Parameters
     ----------
     estimator : estimator
@@ -29,9 +39,28 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         What the fit spent (or claims, for an uncertified method).
     certified : bool or str, default=True
         Whether the mechanism itself is certified; a string is the reason it is not.
-    read_from_data : iterable of str
+    read_from_data : iterable of str, default=()
         Privacy-relevant values that were read from the private data without
         paying for them (e.g. ``"bounds"``, ``"classes"``).
+
+    Returns
+    -------
+    estimator : estimator
+        The same estimator, with the four attributes set.
+
+    See Also
+    --------
+    privacy_spent : Reads them back, summed over a Pipeline.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from skdp.privacy import set_privacy_attributes
+    >>> est = set_privacy_attributes(SimpleNamespace(), 1.0, 1e-5, read_from_data=["bounds"])
+    >>> est.epsilon_, est.delta_, est.privacy_certified_
+    (1.0, 1e-05, False)
+    >>> est.privacy_notes_
+    ('bounds read from the private data',)
     """
     epsilon = float(epsilon)
     notes = [f"{name} read from the private data" for name in read_from_data]
@@ -51,15 +80,39 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
 def privacy_spent(estimator) -> tuple[float, float, bool]:
     """``(epsilon, delta, certified)`` of a fitted estimator or Pipeline, by basic composition.
 
-    Sums ``epsilon_`` and ``delta_`` over the Pipeline's steps (FrozenEstimator
-    steps were fitted elsewhere and are counted where they were fitted: not
-    here) and is certified only if every step that spent is certified.
+    Sums ``epsilon_`` and ``delta_`` over the Pipeline's steps, nested
+    Pipelines included (FrozenEstimator steps were fitted elsewhere and are
+    counted where they were fitted: not here); the total delta is capped at 1.
+    The result is certified only if every step that spent is certified
+    (``privacy_certified_``). Steps without ``epsilon_`` spend nothing: they
+    are assumed not to learn from the private data.
+
+    Parameters
+    ----------
+    estimator : fitted estimator or Pipeline
+        The fitted model to report on.
+
+    Returns
+    -------
+    epsilon : float
+        Total epsilon of the fitted steps.
+    delta : float
+        Total delta, at most 1.
+    certified : bool
+        Whether every step that spent certifies its (``epsilon_``, ``delta_``).
+
+    See Also
+    --------
+    set_privacy_attributes : Sets the attributes summed here.
+    planned_spend : The same total, before fitting, from the parameters.
+    BudgetLedger : Caps what fits on the same data spend together.
 
     Examples
     --------
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.preprocessing import FunctionTransformer
     >>> from skdp import DPFisherClassifier
+    >>> from skdp.privacy import privacy_spent
     >>> pipe = make_pipeline(FunctionTransformer(), DPFisherClassifier(epsilon=1.0, bounds=(0, 1),
     ...                                                                 classes=[0, 1]))
     >>> eps, delta, certified = privacy_spent(pipe.fit([[0.1], [0.9], [0.2], [0.8]], [0, 1, 0, 1]))

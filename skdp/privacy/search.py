@@ -7,14 +7,54 @@ from .report import dp_steps
 
 
 def planned_spend(estimator, n_samples: int | None = None) -> tuple[float, float]:
-    """``(epsilon, delta)`` that fitting ``estimator`` (unfitted; any nesting) on ``n_samples`` records spends.
+    """Compute the ``(epsilon, delta)`` that fitting ``estimator`` on ``n_samples`` records will spend.
 
-    Every estimator in the tree that has an ``epsilon`` parameter is counted
-    (a Pipeline's steps, ``TrainOnSynthetic``'s generator, ...). An estimator
-    that plans its fit from public quantities (``_planned_privacy(n_samples)``,
-    the DP-SGD estimators) reports exactly what its accountant will certify;
-    that needs ``n_samples`` when ``noise_multiplier`` is set. Otherwise the
-    ``epsilon`` parameter is used: every skdp fit spends at most that.
+    The estimator is unfitted and may be nested to any depth: every
+    estimator in the tree that has an ``epsilon`` parameter is counted (a
+    Pipeline's steps, ``TrainOnSynthetic``'s generator, ...), and their
+    spends add up (basic composition). An estimator that plans its fit from
+    public quantities (``_planned_privacy(n_samples)``, the DP-SGD
+    estimators) reports exactly what its accountant will certify; that needs
+    ``n_samples`` when ``noise_multiplier`` is set. Otherwise the ``epsilon``
+    parameter is used: every skdp fit spends at most that. An ``epsilon`` of
+    None (declared public) counts as nothing, and an infinite one counts with
+    delta 0. Nothing is fitted and no data is read.
+
+    Parameters
+    ----------
+    estimator : estimator
+        The unfitted estimator or Pipeline whose fit is planned.
+    n_samples : int or None, default=None
+        Number of training records (public). Needed by a DP-SGD estimator
+        that fixes ``noise_multiplier``: its epsilon depends on the sample
+        rate ``batch_size / n_samples``.
+
+    Returns
+    -------
+    epsilon : float
+        Total epsilon the fit will spend.
+    delta : float
+        Total delta the fit will spend.
+
+    Raises
+    ------
+    ValueError
+        If a step fixes ``noise_multiplier`` and ``n_samples`` is None.
+
+    See Also
+    --------
+    search_privacy_cost : The same count over every fit of a search.
+    privacy_spent : What a fitted estimator reports it spent.
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skdp import DFSRelease, DPFisherClassifier
+    >>> from skdp.privacy import planned_spend
+    >>> pipe = make_pipeline(DFSRelease(4, epsilon=2.0, delta=1e-6),
+    ...                      DPFisherClassifier(epsilon=1.0, delta=1e-6))
+    >>> planned_spend(pipe)
+    (3.0, 2e-06)
     """
     eps = delta = 0.0
     for step in dp_steps(estimator):
@@ -61,12 +101,46 @@ def search_privacy_cost(search, n_samples: int | None = None) -> tuple[float, fl
     Parameters
     ----------
     search : fitted GridSearchCV or RandomizedSearchCV
+        The fitted search; its ``cv_results_["params"]``, ``n_splits_``,
+        ``refit`` and ``best_params_`` are read, never the data.
     n_samples : int or None, default=None
-        Records the search was fitted on; needed when a candidate fixes ``noise_multiplier``.
+        Records the search was fitted on; needed when a candidate fixes
+        ``noise_multiplier`` (each fold's training size is then bounded from
+        it and the largest spend kept).
 
     Returns
     -------
-    epsilon, delta : float
+    epsilon : float
+        Total epsilon of every fit of the search, refit included.
+    delta : float
+        Total delta, at most 1.
+
+    Raises
+    ------
+    ValueError
+        If ``search`` is not fitted.
+
+    See Also
+    --------
+    planned_spend : The spend of one fit, summed here over the fits.
+    BudgetLedger : Caps the search while it runs, fit by fit.
+    skdp.model_selection.PrivateSearchCV : A search whose choice is private too.
+
+    Examples
+    --------
+    Two candidates, two folds and a refit: five fits at epsilon 1 each.
+
+    >>> import numpy as np
+    >>> from sklearn.model_selection import GridSearchCV
+    >>> from skdp import DPFisherClassifier
+    >>> from skdp.privacy import search_privacy_cost
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.random((40, 3)), rng.integers(0, 2, 40)
+    >>> clf = DPFisherClassifier(epsilon=1.0, delta=1e-6, bounds=(0, 1), classes=[0, 1])
+    >>> search = GridSearchCV(clf, {"var_smoothing": [1e-2, 1e-1]}, cv=2).fit(X, y)
+    >>> eps, delta = search_privacy_cost(search)
+    >>> eps, round(delta, 12)
+    (5.0, 5e-06)
     """
     if not hasattr(search, "cv_results_"):
         raise ValueError("search_privacy_cost needs a fitted search (no cv_results_).")
