@@ -59,7 +59,37 @@ _INTERNAL_PACKAGES = frozenset({"skdp", "sklearn", "skorch", "joblib", "torch", 
 
 
 def warn_privacy(message, category=PrivacyLeakWarning):
-    """Warn with ``category`` at the first frame of the caller's own code."""
+    """Warn with ``category`` at the first frame of the caller's own code.
+
+    The warning is attributed to the first frame outside skdp and the
+    libraries it calls through (scikit-learn, skorch, joblib, torch), so
+    that it names the user's line (the ``fit`` call), not skdp's internals,
+    whatever the call depth; warning filters keyed on the user's module then
+    apply. skdp warns this way whenever a guarantee is weakened or void:
+    bounds or labels read from the private data, ``epsilon=inf``, seeded
+    noise, a too-large delta, a method run in its uncertified form.
+
+    Parameters
+    ----------
+    message : str
+        The warning's text: what is not private, and how to make it so.
+    category : type, default=PrivacyLeakWarning
+        Warning class to issue (a subclass of ``Warning``).
+
+    See Also
+    --------
+    PrivacyLeakWarning : The category issued by default.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from skdp.exceptions import PrivacyLeakWarning, warn_privacy
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_privacy("bounds were read from the private data")
+    >>> caught[0].category is PrivacyLeakWarning, str(caught[0].message)
+    (True, 'bounds were read from the private data')
+    """
     frame, level = sys._getframe(1), 2  # stacklevel 2 is the caller of warn_privacy
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in _INTERNAL_PACKAGES:
         frame, level = frame.f_back, level + 1

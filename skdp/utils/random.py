@@ -62,7 +62,30 @@ def insecure_noise_seed(seed: int):
     fit), warns with ``PrivacyLeakWarning`` and reports ``noise_seeded_=True``
     and ``privacy_certified_=False``. Whoever knows the seed can subtract the
     noise. The setting is local to the thread and is not sent to joblib worker
-    processes: fits there draw fresh noise.
+    processes: fits there draw fresh noise. Blocks nest; the previous seed
+    (or none) is restored on exit. Only mechanism randomness is affected:
+    ``random_state`` still seeds the rest, and the global numpy and torch
+    generators are never touched.
+
+    Parameters
+    ----------
+    seed : int
+        Non-negative seed of the mechanism noise inside the block.
+
+    Yields
+    ------
+    None
+        Nothing; the seed holds until the ``with`` block ends.
+
+    Raises
+    ------
+    ValueError
+        If ``seed`` is not a non-negative int.
+
+    See Also
+    --------
+    skdp.exceptions.PrivacyLeakWarning : Issued by every fit inside the block.
+    skdp.privacy.set_privacy_attributes : Reports ``privacy_certified_=False`` for such fits.
 
     Examples
     --------
