@@ -100,3 +100,49 @@ def test_miface_and_the_audit_run_on_a_cuda_model(digits):
     audit = one_run_audit(DPMomentumClassifier(device="cuda", epsilon=2.0, classes=range(10), max_epochs=5),
                           X[:300], y[:300], canaries, rng.integers(0, 10, 200), n_guesses=20, random_state=1)
     assert audit.epsilon_lower_bound <= 2.0 and not math.isnan(audit.epsilon_lower_bound)
+
+
+class _RowReader(torch.nn.Module):
+    """Reads an 8x8 digit as 8 steps of 8 pixels: an LSTM, or a transformer encoder layer."""
+
+    def __init__(self, kind="lstm"):
+        super().__init__()
+        self.kind = kind
+        if kind == "lstm":
+            self.body = torch.nn.LSTM(8, 32, batch_first=True)
+        else:
+            self.embed = torch.nn.Linear(8, 32)
+            self.body = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = x.reshape(len(x), 8, 8)
+        if self.kind == "lstm":
+            out, _ = self.body(x)
+        else:
+            out = self.body(self.embed(x))
+        return self.head(out[:, -1])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "transformer"])
+def test_fixed_sequence_models_train_on_the_device(digits, kind, noise_devices):
+    from skdp.nn import check_module, fix_module
+
+    X, y = digits
+    module = fix_module(_RowReader(kind))
+    assert set(check_module(module).paths().values()) == {"rule"}
+    clf = DPMomentumClassifier(module=module, device="cuda", max_epochs=2, classes=range(10), random_state=0)
+    clf.fit(X, y)
+    assert next(clf.net_.module_.parameters()).is_cuda
+    assert set(noise_devices) == {"cuda"}
+    assert clf.epsilon_ <= 1.0 + 1e-9
+
+
+def test_memmap_fit_on_the_device(digits, tmp_path):
+    X, y = digits
+    mm = np.memmap(tmp_path / "X.f32", dtype=np.float32, mode="w+", shape=X.shape)
+    mm[:] = X
+    mm.flush()
+    X_mm = np.memmap(tmp_path / "X.f32", dtype=np.float32, mode="r", shape=X.shape)
+    clf = DPMomentumClassifier(device="cuda", max_epochs=2, classes=range(10), random_state=0).fit(X_mm, y)
+    assert clf.predict(X_mm).shape == (len(y),)
