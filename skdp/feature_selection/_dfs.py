@@ -45,17 +45,28 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     Parameters
     ----------
     n_features_to_select : int, default=10
+        Number ``m`` of features to keep, >= 1 and at most the number of
+        features. It must be public; keeping every feature chooses nothing
+        and spends nothing.
     epsilon : float, default=1.0
-        ``inf`` selects the exact top m (not private; warns).
+        Privacy budget of the fit, > 0: ``0.1 * epsilon`` for the class
+        counts, ``0.9 * epsilon`` for the m selections. ``inf`` selects the
+        exact top m (not private; warns).
     delta : float, default=1e-5
+        Delta of the selection's zCDP-to-(epsilon, delta) conversion, in
+        (0, 1); keep it well below 1 / n_samples.
     bounds : None or (lower, upper), default=None
-        Public feature range, scalars or per-feature arrays. None reads it from
-        the data (warns; stored in ``bounds_``, never in ``bounds``).
+        Public feature range, scalars or per-feature arrays; it sets the
+        sensitivity ``max(w) / N0``. None reads it from the data (warns,
+        voids the certificate; stored in ``bounds_``, never in ``bounds``).
     clip : bool, default=True
         Clip X to ``bounds``; with False, data outside the bounds is an error.
     method : {"private", "paper"}, default="private"
+        ``"private"``: the certified selection above. ``"paper"``: the
+        paper's exact ranking, not private.
     classes : array-like or None, default=None
-        Public label set; None reads it from ``y`` (warns).
+        Public label set; None reads it from ``y`` (warns; the label set is
+        then a release the certificate does not cover).
     ledger : BudgetLedger or None, default=None
         Charged before any noise is drawn ("paper" charges its claim).
     random_state : int, Generator or None, default=None
@@ -64,31 +75,62 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
 
     Attributes
     ----------
-    support_ : ndarray of bool, shape (n_features_in_,)
-    ranking_ : ndarray of int
+    support_ : ndarray of bool of shape (n_features,)
+        Mask of the kept features.
+    ranking_ : ndarray of int of shape (n_features,)
         1 for the first feature chosen, ..., m; m + 1 for the others.
-    scores_ : ndarray of float
+    scores_ : ndarray of float of shape (n_features,)
         All ones when every feature is kept (then nothing is spent).
-        "paper": the exact gaps D_j. "private": m + 1 - ranking_ for kept
-        features and 0 elsewhere (the noisy gaps are not released).
-    classes_, bounds_ : the label set and (lower, upper) used.
-    class_counts_ : ndarray or None
-        Noisy class counts ("private"); None for "paper".
+        "paper": the exact gaps ``D_j``. "private": ``m + 1 - ranking_`` for
+        kept features and 0 elsewhere (the noisy gaps are not released).
+    classes_ : ndarray of shape (n_classes,)
+        The label set used (``classes``, or read from ``y``).
+    bounds_ : tuple of ndarray
+        The per-feature ``(lower, upper)`` used.
+    class_counts_ : ndarray of shape (n_classes,) or None
+        Noisy class counts ("private"; exact ones when ``epsilon`` is
+        inf); None for "paper" or when every feature is kept.
     sensitivity_ : float
-        Bound on the change of any D_j by one record ("private").
-    epsilon_, delta_ : float
-        Spent ("private") or claimed ("paper").
+        Bound ``max(w) / N0`` on the change of any ``D_j`` by one record
+        ("private"); NaN for "paper".
+    epsilon_ : float
+        Epsilon spent ("private") or claimed ("paper").
+    delta_ : float
+        Delta spent ("private") or claimed ("paper").
     privacy_certified_ : bool
+        Whether (``epsilon_``, ``delta_``) is a proven guarantee of the
+        selection: "private" with finite epsilon, public ``bounds`` and
+        ``classes``, and fresh noise.
+    privacy_notes_ : tuple of str
+        Why it is not certified, when it is not.
+    noise_seeded_ : bool
+        True if the noise was seeded by :func:`skdp.insecure_noise_seed`.
+    n_features_in_ : int
+        Number of features seen during ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features seen during ``fit``, when ``X`` has string
+        column names.
+
+    See Also
+    --------
+    DFSRelease : This selection, then a noisy release of the kept features.
+    TTestSelector : The paper's non-private t-test baseline.
+    skdp.discriminant.DPFisherClassifier : A private classifier for the kept features.
+    skdp.mechanisms.gumbel_top_k : The private top-m selection used here.
 
     Examples
     --------
+    Five informative features of 50; the selection is noisy, so only its
+    size and its certified cost are fixed:
+
     >>> import numpy as np
+    >>> from skdp.feature_selection import DPFisherSelector
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 2, 2000)
     >>> X = rng.normal(size=(2000, 50)); X[:, :5] += y[:, None]
-    >>> sel = DPFisherSelector(5, epsilon=3, bounds=(-4, 5), classes=[0, 1], random_state=0)
-    >>> sel.fit(X, y).get_support(indices=True).tolist()
-    [0, 1, 2, 3, 4]
+    >>> sel = DPFisherSelector(5, epsilon=3, bounds=(-4, 5), classes=[0, 1]).fit(X, y)
+    >>> sel.transform(X).shape, sel.epsilon_, sel.privacy_certified_
+    ((2000, 5), 3.0, True)
     """
 
     _parameter_constraints = {
@@ -107,7 +149,20 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Choose the features from private ``(X, y)``; spends (``epsilon``, ``delta``) for "private"."""
+        """Choose the features from private ``(X, y)``; spends (``epsilon``, ``delta``) for "private".
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Private training features.
+        y : array-like of shape (n_samples,)
+            Private labels, in ``classes`` when it is given.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
         X, y = self._validate_Xy(X, y)
         self.classes_, codes = encode_labels(self.classes, y, type(self).__name__)
         k, m = len(self.classes_), self.n_features_to_select

@@ -49,17 +49,37 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     n_features_to_select : int, default=10
-    epsilon, delta : float, default=1.0, 1e-5
+        Number ``m`` of features to keep and release, >= 1 and at most the
+        number of features (public). Keeping every feature skips the
+        selection.
+    epsilon : float, default=1.0
+        Total budget of selection and release, > 0, under replace-one
+        adjacency: ``selection_share * epsilon`` for the selection (spent by
+        ``fit``), the rest for the release (spent by ``fit_transform``).
+        ``inf`` releases the rows without noise (not private; warns).
+    delta : float, default=1e-5
+        Total delta, in (0, 1): half for the selection, half for the release.
+        Keep it well below 1 / n_samples.
     bounds : None or (lower, upper), default=None
+        Public feature range, scalars or per-feature arrays; it sets the
+        sensitivity of both steps. None reads it from the data (warns, voids
+        the certificate).
     clip : bool, default=True
+        Clip X to ``bounds`` for the selection; with False, data outside the
+        bounds is an error. The release always clips the kept features.
     clip_norm : float or None, default=None
-        L2 norm bound of a centred kept row ("private").
+        L2 norm bound of a centred kept row ("private"); the release's
+        sensitivity is then ``min(||w_S||_2, 2 * clip_norm)``. None clips to
+        the box only.
     method : {"private", "paper"}, default="private"
+        ``"private"``: the certified release above. ``"paper"``: Algorithm 1
+        as written, not private.
     selection_share : float in (0, 1), default=0.5
         Share of epsilon spent on selection ("private"). When
         ``n_features_to_select`` equals the number of features nothing is
         chosen, and the whole budget goes to the release.
     classes : array-like or None, default=None
+        Public label set, for the selection; None reads it from ``y`` (warns).
     ledger : BudgetLedger or None, default=None
         Charged for the selection in ``fit`` and for the release in ``fit_transform``.
     random_state : int, Generator or None, default=None
@@ -69,29 +89,57 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     selector_ : DPFisherSelector
+        The fitted selection (at its add/remove share of the budget).
+    classes_ : ndarray of shape (n_classes,)
+        The label set used.
     noise_std_ : float
-        Standard deviation of the release noise.
+        Standard deviation of the release noise (NaN until ``fit_transform``).
     sensitivity_ : float
-        L2 sensitivity of one released row ("private"); NaN for "paper".
-    epsilon_, delta_ : float
-        Spent so far: the selection after ``fit``, selection plus release after
-        ``fit_transform``. Claimed, not certified, for "paper".
+        L2 sensitivity of one released row ("private"); NaN for "paper" and
+        until ``fit_transform``.
+    epsilon_ : float
+        Epsilon spent so far, under replace-one: the selection after ``fit``,
+        selection plus release after ``fit_transform``. Claimed, not
+        certified, for "paper".
+    delta_ : float
+        Delta spent so far, likewise.
     privacy_certified_ : bool
+        Whether (``epsilon_``, ``delta_``) is a proven guarantee for the
+        released features ("private", finite epsilon, public ``bounds`` and
+        ``classes``, fresh noise). The labels are never covered.
+    privacy_notes_ : tuple of str
+        Why it is not certified, when it is not.
+    noise_seeded_ : bool
+        True if the noise was seeded by :func:`skdp.insecure_noise_seed`.
+    n_features_in_ : int
+        Number of features seen during ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features seen during ``fit``, when ``X`` has string
+        column names.
+
+    See Also
+    --------
+    DPFisherSelector : The selection step alone, add/remove adjacency.
+    TTestSelector : The paper's non-private baseline selection.
+    skdp.discriminant.DPFisherClassifier : Protects the labels too, without releasing rows.
 
     Examples
     --------
+    The release is noisy, so only its shape and certified cost are fixed:
+
     >>> import numpy as np, warnings
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from skdp import DPFisherClassifier
+    >>> from skdp.exceptions import PrivacyLeakWarning
+    >>> from skdp.feature_selection import DFSRelease
     >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 2, 2000); X = rng.normal(size=(2000, 40)); X[:, :4] += y[:, None]
-    >>> pipe = make_pipeline(
-    ...     DFSRelease(4, epsilon=6, bounds=(-4, 5), clip_norm=2, classes=[0, 1], random_state=0),
-    ...     DPFisherClassifier(epsilon=float("inf"), priors="uniform"))
+    >>> y = rng.integers(0, 2, 500); X = rng.normal(size=(500, 20)); X[:, :4] += y[:, None]
+    >>> dfs = DFSRelease(4, epsilon=6.0, bounds=(-4, 5), clip_norm=2.0, classes=[0, 1])
     >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore")
-    ...     pipe.fit(X, y).score(X, y) > 0.75
-    True
+    ...     warnings.simplefilter("ignore", PrivacyLeakWarning)  # the labels are not protected
+    ...     released = dfs.fit_transform(X, y)
+    >>> released.shape, dfs.epsilon_, dfs.privacy_certified_
+    ((500, 4), 6.0, True)
+    >>> dfs.transform(X[:3]).shape  # new data: selected and clipped, no noise
+    (3, 4)
     """
 
     _parameter_constraints = {
@@ -113,13 +161,43 @@ class DFSRelease(TransformerMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Select the features (spends the selection budget only)."""
+        """Select the features (spends the selection budget only).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Private training features.
+        y : array-like of shape (n_samples,)
+            Private labels, in ``classes`` when it is given.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
         self._fit(X, y)
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, X, y, **fit_params):
-        """Select, then return the noisy release of the training rows (spends all of epsilon)."""
+        """Select, then return the noisy release of the training rows (spends all of epsilon).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Private training features.
+        y : array-like of shape (n_samples,)
+            Private labels, in ``classes`` when it is given; they are not
+            protected by the release.
+        **fit_params : dict
+            Ignored; accepted for scikit-learn compatibility.
+
+        Returns
+        -------
+        X_release : ndarray of shape (n_samples, n_features_to_select)
+            The kept features of ``X``, clipped and noised: the (``epsilon``,
+            ``delta``)-DP release ("private").
+        """
         X = self._fit(X, y)
         kept = self._select(X)
         if self.method == "paper":
@@ -150,12 +228,36 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         return kept + noise
 
     def transform(self, X):
-        """Select (and clip) the kept features of new data; adds no noise."""
+        """Select (and clip) the kept features of new data; adds no noise.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            New data (not being published, e.g. at prediction time).
+
+        Returns
+        -------
+        X_kept : ndarray of shape (n_samples, n_features_to_select)
+            The kept features of ``X``, clipped to the bounds ("private").
+        """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return self._select(X)
 
     def get_feature_names_out(self, input_features=None):
+        """Get the names of the kept features.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Input feature names; None uses ``feature_names_in_`` if ``X``
+            had them, else ``x0``, ``x1``, ...
+
+        Returns
+        -------
+        feature_names_out : ndarray of str
+            Names of the kept features, in input order.
+        """
         check_is_fitted(self)
         if input_features is None:  # the selector saw an array: the column names are ours
             input_features = getattr(self, "feature_names_in_", None)
