@@ -226,18 +226,26 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
 
     See Also
     --------
-    sklearn.model_selection.GridSearchCV : fits are charged to a ledger, the choice is not covered.
-    skdp.search_privacy_cost : the cost of such a search by composition.
+    sklearn.model_selection.GridSearchCV : Its fits can be charged to a ledger; its choice is not covered.
+    skdp.privacy.search_privacy_cost : The cost of a ``GridSearchCV`` by composition.
+    skdp.privacy.BudgetLedger : Charged once here, for the whole search.
+    random_stopping_epsilon : The bound the calibration inverts.
 
     Examples
     --------
-    >>> from sklearn.datasets import load_digits
+    A tiny search (one epoch, two learning rates); its fitted epsilon is
+    certified, at most the budget, whatever the secret number of trials:
+
+    >>> import numpy as np
     >>> from skdp import DPMomentumClassifier, PrivateSearchCV
-    >>> X, y = load_digits(return_X_y=True)
-    >>> search = PrivateSearchCV(DPMomentumClassifier(classes=range(10), max_epochs=2, batch_size=256),
-    ...                          {"lr": [0.05, 0.2]}, epsilon=1.0, n_trials_mean=2).fit(X / 16, y)
-    >>> search.epsilon_ <= 1.0, sorted(search.best_params_)
-    (True, ['lr'])
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.random((400, 4)).astype("float32"); y = (X[:, 0] > 0.5).astype(int)
+    >>> search = PrivateSearchCV(DPMomentumClassifier(classes=[0, 1], max_epochs=1, batch_size=32),
+    ...                          {"lr": [0.05, 0.2]}, epsilon=1.0, n_trials_mean=2).fit(X, y)
+    >>> search.epsilon_ <= 1.0, search.privacy_certified_, sorted(search.best_params_)
+    (True, True, ['lr'])
+    >>> search.predict(X[:3]).shape
+    (3,)
     """
 
     _parameter_constraints = {
@@ -474,8 +482,8 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
 
         Returns
         -------
-        self : PrivateSearchCV
-            The fitted search.
+        self : object
+            Fitted estimator.
         """
         self._check_scoring()
         if not is_classifier(self.estimator):
@@ -640,40 +648,46 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features) or images
+            Samples to predict, in the format the winning model was fitted on.
 
         Returns
         -------
         y : ndarray of shape (n_samples,)
+            Predicted labels, from ``classes_``.
         """
         self._check_refit("predict")
         return self.best_estimator_.predict(X)
 
     @available_if(_estimator_has("predict_proba"))
     def predict_proba(self, X):
-        """Class probabilities of ``best_estimator_``.
+        """Class probabilities of ``best_estimator_`` (post-processing of the private release).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features) or images
+            Samples to score, in the format the winning model was fitted on.
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+            Probability of each class in ``classes_``, per sample.
         """
         self._check_refit("predict_proba")
         return self.best_estimator_.predict_proba(X)
 
     @available_if(_estimator_has("decision_function"))
     def decision_function(self, X):
-        """Decision function of ``best_estimator_``.
+        """Decision function of ``best_estimator_`` (post-processing of the private release).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features) or images
+            Samples to score, in the format the winning model was fitted on.
 
         Returns
         -------
         scores : ndarray
+            The winning model's decision function on ``X``.
         """
         self._check_refit("decision_function")
         return self.best_estimator_.decision_function(X)
@@ -684,11 +698,15 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features) or images
+            Test samples. Use public or held-out data: the score is exact,
+            and on private data it is a release that ``epsilon_`` does not cover.
         y : array-like of shape (n_samples,)
+            True labels of ``X``.
 
         Returns
         -------
         score : float
+            Fraction of ``X`` whose predicted label equals ``y``.
         """
         self._check_refit("score")
         return accuracy_score(y, self.best_estimator_.predict(X))

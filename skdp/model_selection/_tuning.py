@@ -114,6 +114,23 @@ def rdp_to_delta(orders, rdp, epsilon):
 def random_stopping_rdp(orders, rdp, distribution, *, eta=0.0, gamma=None, mu=None):
     """RDP curve (at ``orders``) of the best of ``K`` runs of a mechanism whose RDP at ``orders`` is ``rdp``.
 
+    Random-stopping tuning (Papernot & Steinke, ICLR 2022) runs a base
+    mechanism ``Q`` ``K`` times, ``K`` drawn from a public law and kept
+    secret, and releases only the best run. For the truncated negative
+    binomial ``D_{eta,gamma}`` (Theorem 2)::
+
+        eps'(lambda) = eps(lambda) + min_lambda_hat [(1 + eta) (1 - 1/lambda_hat) eps(lambda_hat)
+                       + (1 + eta) log(1/gamma) / lambda_hat] + log(E[K]) / (lambda - 1),
+
+    the minimum over ``lambda_hat`` in ``{1} + orders``. For ``K ~
+    Poisson(mu)`` (Theorem 6)::
+
+        eps'(lambda) = eps(lambda) + mu * delta_hat(lambda) + log(mu) / (lambda - 1),
+
+    with ``delta_hat`` read off ``Q``'s own curve at ``eps_hat = log(lambda
+    / (lambda - 1))``. The bound holds only if ``K`` stays secret and each
+    run's randomness is fresh. NaN in ``rdp`` is read as no bound (inf).
+
     Parameters
     ----------
     orders : array-like of float
@@ -122,15 +139,39 @@ def random_stopping_rdp(orders, rdp, distribution, *, eta=0.0, gamma=None, mu=No
         The base mechanism's RDP at ``orders``.
     distribution : {"truncated_negative_binomial", "poisson"}
         Law of ``K``: Theorem 2 or Theorem 6 of Papernot & Steinke (module docstring).
-    eta, gamma : float
-        Parameters of the truncated negative binomial.
-    mu : float
-        Mean of the Poisson law.
+    eta : float, default=0.0
+        Shape of the truncated negative binomial, > -1 (0: the logarithmic law).
+    gamma : float or None, default=None
+        Parameter of the truncated negative binomial, in (0, 1); required for
+        it (``E[K]`` falls as ``gamma`` grows).
+    mu : float or None, default=None
+        Mean of the Poisson law, > 0; required for it.
 
     Returns
     -------
     rdp : ndarray
         ``eps'(lambda)`` at each order.
+
+    Raises
+    ------
+    ValueError
+        If ``distribution`` is not one of the two laws.
+
+    See Also
+    --------
+    random_stopping_epsilon : The same bound converted to (epsilon, delta).
+    PrivateSearchCV : The search built on it.
+
+    Examples
+    --------
+    The Gaussian mechanism of sensitivity 1 and noise 4 has RDP ``lambda / 32``:
+
+    >>> import numpy as np
+    >>> from skdp.model_selection import random_stopping_rdp
+    >>> orders = np.arange(2, 129, dtype=float)
+    >>> tuned = random_stopping_rdp(orders, orders / 32, "truncated_negative_binomial", gamma=0.05)
+    >>> tuned.shape, bool((tuned > orders / 32).all())
+    ((127,), True)
     """
     orders, rdp = np.asarray(orders, dtype=float), _no_nan(rdp)
     if distribution == "truncated_negative_binomial":
@@ -147,5 +188,55 @@ def random_stopping_rdp(orders, rdp, distribution, *, eta=0.0, gamma=None, mu=No
 
 
 def random_stopping_epsilon(orders, rdp, delta, distribution, **law):
-    """``(epsilon, order)`` of the tuned algorithm at ``delta``: Theorem 2 or 6, then Opacus's conversion."""
+    """``(epsilon, order)`` of the tuned algorithm at ``delta``: Theorem 2 or 6, then Opacus's conversion.
+
+    Applies :func:`random_stopping_rdp`, then converts the tuned RDP curve
+    to (epsilon, ``delta``)-DP as Opacus's ``get_privacy_spent`` does (Balle
+    et al. 2020)::
+
+        epsilon = min_lambda eps'(lambda) + log((lambda - 1)/lambda) - (log(delta) + log(lambda)) / (lambda - 1).
+
+    The epsilon covers the whole tuned algorithm, selection included, under
+    the adjacency of the base mechanism's RDP; it is never below 0.
+
+    Parameters
+    ----------
+    orders : array-like of float
+        RDP orders ``lambda > 1``.
+    rdp : array-like of float
+        The base mechanism's RDP at ``orders``.
+    delta : float
+        Failure probability of the guarantee, in (0, 1).
+    distribution : {"truncated_negative_binomial", "poisson"}
+        Law of the number of runs ``K``.
+    **law : dict
+        Parameters of that law, passed to :func:`random_stopping_rdp`:
+        ``eta`` and ``gamma``, or ``mu``.
+
+    Returns
+    -------
+    epsilon : float
+        Epsilon of the tuned algorithm at ``delta``.
+    order : float
+        The RDP order at which the conversion is tightest.
+
+    See Also
+    --------
+    random_stopping_rdp : The tuned RDP curve itself.
+    PrivateSearchCV : Calibrates its trials' noise with this bound.
+
+    Examples
+    --------
+    The Gaussian mechanism of sensitivity 1 and noise 4 (RDP ``lambda / 32``)
+    is (1.01, 1e-5)-DP once; the best of ``K`` runs, ``K`` logarithmic with
+    ``gamma = 0.05`` (``E[K]`` about 6.3), is (1.70, 1e-5)-DP:
+
+    >>> import numpy as np
+    >>> from skdp.model_selection import random_stopping_epsilon
+    >>> orders = np.arange(2, 129, dtype=float)
+    >>> eps, order = random_stopping_epsilon(orders, orders / 32, 1e-5, "truncated_negative_binomial",
+    ...                                      eta=0.0, gamma=0.05)
+    >>> round(eps, 2), order
+    (1.7, 19.0)
+    """
     return rdp_to_epsilon(orders, random_stopping_rdp(orders, rdp, distribution, **law), delta)
