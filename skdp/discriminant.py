@@ -36,18 +36,29 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
     certified counterpart of "a Fisher classifier on noisy records": the noise
     on a mean is about n times smaller than on a released record.
 
+    The Gaussian-DP budget ``mu^2`` is split 10% / 60% / 30% between counts,
+    sums and sums of squares, so each statistic gets noise of standard
+    deviation ``sensitivity / (mu * sqrt(share))``. Prediction is the
+    Gaussian rule with a shared diagonal covariance, linear in x:
+    ``argmax_c x . (m_c / v) - (m_c . (m_c / v)) / 2 + log(prior_c)``.
+
     Parameters
     ----------
     epsilon : float, default=1.0
-        ``inf`` fits the exact (non-private) diagonal Fisher rule and warns.
+        Privacy budget of the fit, > 0. ``inf`` fits the exact (non-private)
+        diagonal Fisher rule and warns.
     delta : float, default=1e-5
+        Delta of the guarantee, in (0, 1); with ``epsilon`` it sets ``mu``
+        exactly. Keep it well below 1 / n_samples.
     bounds : None or (lower, upper), default=None
-        Public feature range (scalars or per-feature arrays). None reads it from
-        the data (warns, unless epsilon is inf); stored in ``bounds_``.
+        Public feature range (scalars or per-feature arrays); the box widths
+        set the sensitivities. None reads it from the data (warns, unless
+        epsilon is inf, and voids the certificate); stored in ``bounds_``.
     clip : bool, default=True
         Clip X to ``bounds``; with False, data outside is an error.
     classes : array-like or None, default=None
-        Public label set; None reads it from ``y`` (warns).
+        Public label set; None reads it from ``y`` (warns; the label set is
+        then a release the certificate does not cover).
     priors : None, "uniform" or array-like of shape (n_classes,), default=None
         Class priors. None estimates them from the noisy counts. Fisher's rule
         itself has none ("uniform"), which is the right choice when training
@@ -56,6 +67,9 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
     var_smoothing : float, default=1e-2
         Share of the largest variance added to every variance (as in
         ``GaussianNB``); keeps noisy tiny variances from dominating.
+    ledger : BudgetLedger or None, default=None
+        Charged with (``epsilon``, ``delta``) before any noise is drawn; a
+        spend past its caps raises ``BudgetExceededError`` and fits nothing.
     random_state : int, Generator or None, default=None
         Accepted for scikit-learn compatibility; the noise is always fresh OS
         entropy (see :func:`skdp.insecure_noise_seed` for experiments).
@@ -63,25 +77,57 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    class_count_ : ndarray
-        Noisy class counts.
-    class_prior_ : ndarray
+        The label set used (``classes``, or read from ``y``).
+    class_count_ : ndarray of shape (n_classes,)
+        Noisy class counts (may be fractional or negative).
+    class_prior_ : ndarray of shape (n_classes,)
+        Class priors used by the rule.
     means_ : ndarray of shape (n_classes, n_features)
+        Class means from the noisy sums, clipped to the bounds.
     var_ : ndarray of shape (n_features,)
         Pooled within-class variances (smoothed).
-    bounds_ : (lower, upper)
+    bounds_ : tuple of ndarray
+        The per-feature ``(lower, upper)`` used.
     noise_std_ : dict
-        Noise std of each released statistic.
-    epsilon_, delta_ : float
+        Noise standard deviation of each released statistic
+        (``"counts"``, ``"sums"``, ``"squares"``).
+    epsilon_ : float
+        Epsilon spent by the fit.
+    delta_ : float
+        Delta spent by the fit (0 when ``epsilon`` is inf).
     privacy_certified_ : bool
+        Whether (``epsilon_``, ``delta_``) is a proven guarantee of the
+        fitted model: finite epsilon, public ``bounds`` and ``classes``,
+        fresh noise.
+    privacy_notes_ : tuple of str
+        Why it is not certified, when it is not.
+    noise_seeded_ : bool
+        True if the noise was seeded by :func:`skdp.insecure_noise_seed`.
+    n_features_in_ : int
+        Number of features seen during ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features seen during ``fit``, when ``X`` has string
+        column names.
+
+    See Also
+    --------
+    skdp.feature_selection.DPFisherSelector : Private selection of the features it separates best.
+    skdp.feature_selection.DFSRelease : Noisy features for a classifier, labels unprotected.
+    sklearn.naive_bayes.GaussianNB : The non-private model with per-class variances.
 
     Examples
     --------
+    The noise is fresh on every fit, so only shapes and the certified cost
+    are fixed:
+
     >>> from sklearn.datasets import load_digits
+    >>> from skdp import DPFisherClassifier
     >>> X, y = load_digits(return_X_y=True)
-    >>> clf = DPFisherClassifier(epsilon=3.0, bounds=(0, 16), classes=range(10), random_state=0)
-    >>> clf.fit(X, y).score(X, y) > 0.85
-    True
+    >>> clf = DPFisherClassifier(epsilon=3.0, bounds=(0, 16), classes=range(10)).fit(X, y)
+    >>> clf.means_.shape, clf.predict_proba(X[:2]).shape
+    ((10, 64), (2, 10))
+    >>> clf.epsilon_, clf.delta_, clf.privacy_certified_
+    (3.0, 1e-05, True)
     """
 
     _parameter_constraints = {
@@ -100,7 +146,20 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
-        """Release noisy statistics of private ``(X, y)`` and build the rule; spends (epsilon, delta)."""
+        """Release noisy statistics of private ``(X, y)`` and build the rule; spends (epsilon, delta).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Private training features.
+        y : array-like of shape (n_samples,)
+            Private labels, in ``classes`` when it is given.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
         owner = type(self).__name__
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=2)
         self.classes_, codes = encode_labels(self.classes, y, owner)
@@ -165,16 +224,65 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         return X @ weights.T - 0.5 * np.sum(self.means_ * weights, axis=1) + np.log(self.class_prior_)
 
     def decision_function(self, X):
+        """Log-posterior scores of the fitted rule (post-processing of the release).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples to score.
+
+        Returns
+        -------
+        scores : ndarray of shape (n_samples,) or (n_samples, n_classes)
+            Unnormalised log-posterior of each class; for two classes, that
+            of ``classes_[1]`` minus that of ``classes_[0]``.
+        """
         jll = self._joint_log_likelihood(X)
         return jll[:, 1] - jll[:, 0] if len(self.classes_) == 2 else jll
 
     def predict_log_proba(self, X):
+        """Log-probability of each class (post-processing of the release).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples to score.
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+            Log of the posterior probability of each class in ``classes_``.
+        """
         jll = self._joint_log_likelihood(X)
         return jll - logsumexp(jll, axis=1, keepdims=True)
 
     def predict_proba(self, X):
+        """Probability of each class (post-processing of the release).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples to score.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Posterior probability of each class in ``classes_``.
+        """
         return np.exp(self.predict_log_proba(X))
 
     def predict(self, X):
+        """Predict the most probable class (post-processing of the release).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Samples to classify.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Predicted labels, from ``classes_``.
+        """
         jll = self._joint_log_likelihood(X)
         return self.classes_[np.argmax(jll, axis=1)]
