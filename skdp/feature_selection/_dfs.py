@@ -107,7 +107,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         True if the noise was seeded by :func:`skdp.insecure_noise_seed`.
     n_features_in_ : int
         Number of features seen during ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Names of the features seen during ``fit``, when ``X`` has string
         column names.
 

@@ -49,7 +49,7 @@ class TTestSelector(TopKSelectorMixin, BaseEstimator):
         Why: a non-private baseline, no noise.
     n_features_in_ : int
         Number of features seen during ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (``n_features_in_``,)
         Names of the features seen during ``fit``, when ``X`` has string
         column names.
 
