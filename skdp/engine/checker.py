@@ -28,7 +28,40 @@ _GHOST_FIX = "use clipping='auto' (or 'vmap'), which takes the exact torch.func 
 
 @dataclass(frozen=True)
 class LayerCheck:
-    """One line of a ``ModuleCheck``: a layer's path, or why it is refused, with the fix."""
+    """One line of a ``ModuleCheck``: a layer's path, or why it is refused, with the fix.
+
+    ``str`` gives the line as the table of :func:`check_module` prints it:
+    ``name (kind): path``, then a dash and the reason when there is one.
+
+    Parameters
+    ----------
+    name : str
+        The module's name in ``named_modules()`` (``""`` for the root, printed
+        ``<root>``).
+    kind : str
+        The module's class name.
+    path : {"rule", "opacus", "vmap", "refused"}
+        How its per-example gradients are clipped: skdp's per-layer rule
+        (exact, fast), an Opacus grad sampler through the same hooks, torch.func
+        per-example gradients (exact, slower), or not at all: the module is
+        refused.
+    reason : str, default=""
+        Why the layer takes ``"vmap"`` or ``"opacus"``, or why it is refused
+        and how to fix it.
+
+    See Also
+    --------
+    ModuleCheck : The rows of one module together.
+    check_module : The check that builds them.
+
+    Examples
+    --------
+    >>> from skdp.engine import LayerCheck
+    >>> print(LayerCheck("0", "Linear", "rule"))
+    0 (Linear): rule
+    >>> LayerCheck("", "Bilinear", "vmap", "no per-layer rule").path
+    'vmap'
+    """
     name: str
     kind: str
     path: str       # "rule", "opacus", "vmap" or "refused"
@@ -40,7 +73,44 @@ class LayerCheck:
 
 
 class ModuleCheck(list):
-    """The ``LayerCheck`` rows of one module; ``str`` gives a table, ``refusals`` the refused rows."""
+    """The ``LayerCheck`` rows of one module; ``str`` gives a table, ``refusals`` the refused rows.
+
+    A list, so it indexes and iterates as one: one row per module with
+    trainable parameters (its clipping path) and one per module refused
+    outright (BatchNorm in train mode, running statistics of the data). An
+    engine raises with :meth:`message` when any row is refused, before any
+    budget is charged.
+
+    Parameters
+    ----------
+    rows : iterable of LayerCheck
+        The rows, in the order of ``named_modules()`` (module-level refusals
+        first).
+    clipping : {"auto", "ghost", "vmap"}
+        The clipping method the rows were computed for.
+
+    Attributes
+    ----------
+    clipping : str
+        The clipping method the rows were computed for.
+
+    See Also
+    --------
+    check_module : Build the report of a module.
+    LayerCheck : One row.
+    skdp.nn.check_module : The documented entry point, which can print the table.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from skdp.engine import check_module
+    >>> report = check_module(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
+    >>> print(report)
+    0 (Linear): rule
+    2 (Linear): rule
+    >>> report.ok, report.paths()
+    (True, {'0': 'rule', '2': 'rule'})
+    """
 
     def __init__(self, rows, clipping):
         super().__init__(rows)
@@ -48,26 +118,51 @@ class ModuleCheck(list):
 
     @property
     def refusals(self):
+        """The rows whose path is ``"refused"`` (an empty list when none is), as a list of ``LayerCheck``."""
         return [row for row in self if row.path == "refused"]
 
     @property
     def ok(self):
+        """Whether no row is refused: a fit on this module would start (a bool)."""
         return not self.refusals
 
     def paths(self):
-        """``{layer name: path}``."""
+        """Map each row's module name to its path.
+
+        Returns
+        -------
+        paths : dict of str to str
+            ``{name: path}``, path one of "rule", "opacus", "vmap" and
+            "refused" (the root's name is ``""``).
+        """
         return {row.name: row.path for row in self}
 
     def __str__(self):
         return "\n".join(str(row) for row in self) or "(no layer with trainable parameters)"
 
     def message(self):
-        """One message naming every refused module and its fix (empty when none is refused)."""
+        """Name every refused module and its fix, in one message.
+
+        Returns
+        -------
+        message : str
+            One sentence per refused module (``Module 'name' (kind) reason.``),
+            joined by spaces; empty when none is refused.
+        """
         return " ".join(f"Module {row.name or '<root>'!r} ({row.kind}) {row.reason}." for row in self.refusals)
 
     def raise_if_refused(self):
-        """Raise ``UnsupportedModuleError`` (examples mixed, data stored) or ``UnsupportedModelError``
-        (``clipping="ghost"`` and a layer without an exact rule) with ``message()``."""
+        """Raise with :meth:`message` when a row is refused; do nothing otherwise.
+
+        Raises
+        ------
+        UnsupportedModelError
+            When every refusal is a ``clipping="ghost"`` one (a layer without
+            an exact per-layer rule): ``clipping="auto"`` or ``"vmap"`` fixes it.
+        UnsupportedModuleError
+            Otherwise: a module DP-SGD cannot train privately whatever the
+            clipping (examples mixed, data stored in buffers without noise).
+        """
         if not self.refusals:
             return
         if all(row.reason.startswith("(ghost)") for row in self.refusals):
@@ -76,9 +171,48 @@ class ModuleCheck(list):
 
 
 def check_module(module, clipping="auto"):
-    """The path each layer with trainable parameters takes, and module-level refusals.
+    """Find the clipping path of each layer with trainable parameters, and the refused modules.
 
-    See ``skdp.nn.check_module`` for the documented entry point.
+    The check every engine runs before its first clipped step, and so before
+    a fit charges any budget. Module-level refusals come from the validators
+    (``register_validator``): modules that mix the examples of a lot or
+    store data without noise, which no clipping fixes. Each other layer with
+    trainable parameters takes skdp's per-layer rule, an Opacus grad sampler
+    or, when neither covers it exactly (no rule, tied weights, parameters the
+    rule does not cover, a forward replaced on the instance), the exact vmap
+    path; under ``clipping="ghost"`` such a layer is refused instead. A layer
+    called twice per forward, or run time-major, shows only at run time (the
+    hooks then raise, and ``clipping="auto"`` switches to vmap).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model, in the train/eval modes it will be trained in.
+    clipping : {"auto", "ghost", "vmap"}, default="auto"
+        The clipping method: under "ghost" a layer without an exact rule is
+        refused; under "vmap" every layer takes the vmap path.
+
+    Returns
+    -------
+    report : ModuleCheck
+        The rows, one per layer with trainable parameters and one per
+        refused module.
+
+    See Also
+    --------
+    skdp.nn.check_module : The documented entry point, which can print the table.
+    skdp.nn.fix_module : Swap the usual refused layers for DP-compatible ones.
+    check_dp_compatible : Raise for the module-level refusals only.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from skdp.engine import check_module
+    >>> model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Bilinear(8, 8, 2))
+    >>> check_module(model).paths()
+    {'1': 'refused', '0': 'rule', '2': 'vmap'}
+    >>> check_module(model, clipping="ghost").paths()
+    {'1': 'refused', '0': 'rule', '2': 'refused'}
     """
     rows = []
     for name, sub in module.named_modules():

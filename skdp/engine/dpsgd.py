@@ -32,7 +32,65 @@ CLIPPINGS = ("auto", "ghost", "vmap")
 
 
 def make_clipper(module, clipping="auto"):
-    """``"ghost"``: hooks and per-layer rules; ``"vmap"``: torch.func; ``"auto"``: ghost if it can."""
+    """Build the per-example clipper of ``module`` for a clipping method.
+
+    A clipper computes, for a lot of n examples with per-example gradients
+    ``g_i``, the clipped sum ``sum_i g_i * min(1, C / ||g_i||)`` (the norm
+    over all trainable parameters together), never the plain sum: that bound
+    C on each example's contribution is the sensitivity the Gaussian noise is
+    calibrated to. The methods differ only in how they get ``||g_i||``:
+
+    - ``"ghost"``: forward hooks and the per-layer rules of :func:`register`
+      (one forward, one backward, no per-example gradient tensors unless
+      cheaper). It raises ``UnsupportedModelError`` at construction for a
+      layer it cannot clip exactly (no rule, tied weights, uncovered
+      parameters).
+    - ``"vmap"``: per-example gradients by ``torch.func.vmap``; exact for any
+      layer and loss torch.func can differentiate, and slower.
+    - ``"auto"``: the hook clipper where it can be built, else the vmap one.
+      :class:`DPSGDEngine` also switches to vmap for good when the hooks find
+      at run time, before anything is released, that they cannot clip the
+      model exactly.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The network whose per-example gradients are clipped.
+    clipping : {"auto", "ghost", "vmap"}, default="auto"
+        The clipping method.
+
+    Returns
+    -------
+    clipper : object
+        A ``HookClipper`` or a ``FunctionalClipper``. Its
+        ``clipped_sum(per_example_loss, inputs, max_grad_norm)`` returns the
+        per-example losses, ``[(param, clipped gradient sum), ...]`` and the
+        per-example norms; ``remove()`` takes its hooks off the module.
+
+    Raises
+    ------
+    ValueError
+        If ``clipping`` is not one of ``CLIPPINGS``.
+    UnsupportedModelError
+        Under ``"ghost"``, if a layer has no exact per-layer rule.
+
+    See Also
+    --------
+    DPSGDEngine : The step that adds the noise to the clipped sum.
+    register : Add a per-layer rule, so that ``"ghost"`` covers a new layer type.
+    check_module : Which path each layer of a module takes, before a fit.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from skdp.engine import make_clipper
+    >>> clipper = make_clipper(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)))
+    >>> type(clipper).__name__
+    'HookClipper'
+    >>> clipper.remove()
+    >>> type(make_clipper(nn.Linear(4, 2), clipping="vmap")).__name__
+    'FunctionalClipper'
+    """
     if clipping == "vmap":
         return FunctionalClipper(module)
     if clipping == "ghost":
@@ -48,18 +106,76 @@ def make_clipper(module, clipping="auto"):
 class DPSGDEngine:
     """Clip per example, add Gaussian noise, write ``param.grad``.
 
+    One DP-SGD step on a lot of n examples (n may be 0) sets every trainable
+    parameter's ``grad`` to
+
+    ``(sum_i clip(g_i, C) + N(0, sigma^2 C^2 I)) / B``
+
+    with ``clip(g, C) = g * min(1, C / ||g||)`` (the norm over all trainable
+    parameters together), ``C = max_grad_norm``, ``sigma =
+    noise_multiplier`` and ``B = expected_batch_size``. Adding or removing one
+    record moves the clipped sum by at most C, so each step is a Gaussian
+    mechanism of multiplier sigma; dividing by the *expected* lot size, not
+    the realised one, keeps it so under Poisson sampling (the realised size
+    depends on the data). The optimizer's step on these gradients is
+    post-processing. The accountant is not the engine's: the caller records
+    each step (``skdp.nn.DPNet`` does).
+
+    The module is checked before the first clipped step
+    (:func:`check_module`): a module DP-SGD cannot train privately (BatchNorm
+    in train mode, running statistics) raises ``UnsupportedModuleError``
+    before anything is released. With ``noise_multiplier=0`` and
+    ``max_grad_norm=inf`` (a non-private baseline) nothing is clipped or
+    checked and any module trains.
+
     Parameters
     ----------
     module : torch.nn.Module
+        The network; its trainable parameters (``requires_grad``) get the
+        noisy gradients.
     max_grad_norm : float
         Clipping bound C on each example's gradient (all parameters together).
     noise_multiplier : float
-        sigma; the noise standard deviation is ``sigma * C``. 0 disables noise.
+        Sigma; the noise standard deviation on the clipped sum is ``sigma *
+        C``. 0 disables the noise (not private).
     expected_batch_size : float
-        Expected lot size ``sample_rate * n_samples``.
+        Expected lot size ``sample_rate * n_samples``; the noisy sum is divided
+        by it.
     generator : torch.Generator
-        Source of the noise, on the module's device.
-    clipping : {"auto", "ghost", "vmap"}
+        Source of the noise, on the module's device. It must be secret and
+        fresh (``mechanism_rng``): whoever can replay it can subtract the noise.
+    clipping : {"auto", "ghost", "vmap"}, default="auto"
+        The per-example clipping method (see :func:`make_clipper`).
+
+    Attributes
+    ----------
+    params : list of torch.nn.Parameter
+        The trainable parameters, whose ``grad`` each step sets.
+    clipper : object or None
+        The clipper in use (None for the non-private baseline).
+
+    See Also
+    --------
+    make_clipper : The clipping methods.
+    register : Per-layer rules of the ``"ghost"`` method.
+    skdp.nn.DPNet : The skorch net that runs one engine step per Poisson lot.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from skdp.engine import DPSGDEngine
+    >>> from skdp.utils.random import mechanism_rng, torch_generator
+    >>> model = nn.Linear(3, 2)
+    >>> engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.1, expected_batch_size=4,
+    ...                      generator=torch_generator(mechanism_rng()))
+    >>> def per_example_loss(forward, x, y):
+    ...     return nn.functional.cross_entropy(forward(x), y, reduction="none")
+    >>> x, y = torch.randn(5, 3), torch.tensor([0, 1, 0, 1, 1])
+    >>> losses, norms = engine.private_gradients(per_example_loss, (x, y))
+    >>> losses.shape, norms.shape, model.weight.grad.shape
+    (torch.Size([5]), torch.Size([5]), torch.Size([2, 3]))
+    >>> engine.close()
     """
 
     def __init__(self, module, *, max_grad_norm, noise_multiplier, expected_batch_size,
@@ -96,14 +212,34 @@ class DPSGDEngine:
             return self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
 
     def close(self):
+        """Remove the clipper's hooks from the module (call it when the fit ends)."""
         if self.clipper is not None:
             self.clipper.remove()
 
     def private_gradients(self, per_example_loss, inputs):
         """Set ``param.grad`` to the noisy clipped mean gradient of the lot ``inputs``.
 
-        ``per_example_loss(forward, *inputs)`` must return one loss per example.
-        Returns the (detached) per-example losses and gradient norms.
+        Parameters
+        ----------
+        per_example_loss : callable
+            ``per_example_loss(forward, *inputs)`` returns a tensor of shape
+            ``(n,)``, one loss per example, where ``forward`` computes the
+            module's output (the module itself, or its functional form on the
+            vmap path). Example i's loss must depend on example i alone.
+        inputs : tuple of torch.Tensor
+            The lot, with the examples along dim 0 (n may be 0: an empty lot
+            still gets the noise, as the accountant assumes).
+
+        Returns
+        -------
+        losses : torch.Tensor of shape (n,)
+            The per-example losses, detached.
+        norms : torch.Tensor of shape (n,) or (0,)
+            The per-example gradient norms before clipping (empty for the
+            non-private baseline; NaN for an example whose gradient or loss is
+            not finite, which contributes zero). Like ``losses``, they are
+            computed from the data without noise: for the data curator only,
+            never to be released.
         """
         n = inputs[0].shape[0]
         grads = {}

@@ -54,12 +54,74 @@ class Rule:
 
 
 def register(*layer_types, params=("weight", "bias"), stack=None, limits=None):
-    """Register ``fn(module, a, g) -> (norm_sq, clipped)`` for ``layer_types`` (exact types).
+    """Register a per-layer clipping rule ``fn(module, a, g) -> (norm_sq, clipped)`` for ``layer_types``.
 
-    ``params``: the direct parameters the rule accounts for; ``stack(module, calls)``: merges the
-    ``[(a, g), ...]`` of several calls into one ``(a, g)`` (exact only when the per-example gradient
-    is additive over calls in the rule's own form); ``limits(module)``: a reason string when an
-    instance is outside the rule (string padding, max_norm, ...), or None.
+    The ``"ghost"`` (and ``"auto"``) clipping computes per-example gradient
+    norms layer by layer from each hooked layer's input ``a`` and the gradient
+    ``g`` of the summed per-example losses with respect to its output, both
+    with the examples along dim 0. A rule returns ``norm_sq``, of shape
+    ``(B,)``: example b's squared gradient norm over the layer's ``params``,
+    and ``clipped(scale)``: given the per-example factors ``scale`` of shape
+    ``(B,)``, the list ``[(param, sum_b scale_b * grad_b(param)), ...]``.
+    Rules must be exact: a norm that under-counts an example's gradient
+    under-clips it, and the noise no longer covers the sensitivity. The hooks
+    check the rule's unclipped sums against autograd on the first lot.
+    Lookup is by exact type (a subclass needs its own registration), and a
+    rule registered again replaces the earlier one.
+
+    Parameters
+    ----------
+    *layer_types : type
+        The ``torch.nn.Module`` classes the rule is for (exact types).
+    params : tuple of str, default=("weight", "bias")
+        The layer's direct parameters the rule accounts for. A layer carrying
+        any other trainable parameter is refused by the hooks (its gradient
+        would be left out of the norm).
+    stack : callable or None, default=None
+        ``stack(module, calls) -> (a, g)`` merges the ``[(a, g), ...]`` of
+        several calls of the layer in one forward into one ``(a, g)`` (exact
+        only when the per-example gradient is additive over calls in the
+        rule's own form, as ``sum_t g_t a_t^T`` for Linear). None: a layer
+        called twice in one forward is refused by the hooks.
+    limits : callable or None, default=None
+        ``limits(module) -> str or None``: why this instance is outside the
+        rule (an Embedding's ``max_norm``, ...), or None. An instance outside
+        it takes the vmap path.
+
+    Returns
+    -------
+    decorator : callable
+        Registers the rule it decorates and returns it unchanged.
+
+    See Also
+    --------
+    DPSGDEngine : The engine that applies the rules.
+    make_clipper : The clipping methods; ``"vmap"`` needs no rule.
+    check_module : Which layers of a module a rule covers.
+
+    Examples
+    --------
+    A per-feature gain ``y = x * w``: example b's gradient of ``w`` is the sum
+    over its tokens of ``g * a``.
+
+    >>> import torch
+    >>> from torch import nn
+    >>> from skdp.engine import check_module, register
+    >>> class Gain(nn.Module):
+    ...     def __init__(self, d):
+    ...         super().__init__()
+    ...         self.weight = nn.Parameter(torch.ones(d))
+    ...     def forward(self, x):
+    ...         return x * self.weight
+    >>> model = nn.Sequential(nn.Linear(4, 3), Gain(3))
+    >>> check_module(model).paths()
+    {'0': 'rule', '1': 'vmap'}
+    >>> @register(Gain, params=("weight",))
+    ... def gain_rule(module, a, g):
+    ...     per_example = (g * a).reshape(a.shape[0], -1, a.shape[-1]).sum(1)
+    ...     return per_example.pow(2).sum(1), lambda scale: [(module.weight, scale @ per_example)]
+    >>> check_module(model).paths()
+    {'0': 'rule', '1': 'rule'}
     """
     def deco(fn):
         for t in layer_types:

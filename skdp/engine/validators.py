@@ -31,6 +31,51 @@ _BN_FIX = ("replace it with GroupNorm (or LayerNorm), or freeze it with fixed st
 
 
 def register_validator(*module_types):
+    """Register a validator that refuses modules of ``module_types`` DP-SGD cannot train privately.
+
+    A validator ``fn(module) -> str or None`` returns why the module breaks
+    the privacy of DP-SGD whatever the clipping (it mixes the examples of a
+    lot, or releases data without noise), with the fix, or None when this
+    instance is fine (e.g. a norm layer in eval mode with fixed statistics).
+    Validators are looked up along the MRO, so one registered for a base
+    class covers its subclasses; :func:`check_module` and
+    :func:`check_dp_compatible` run them before any clipped step.
+
+    Parameters
+    ----------
+    *module_types : type
+        The ``torch.nn.Module`` classes the validator is for.
+
+    Returns
+    -------
+    decorator : callable
+        Registers the function it decorates and returns it unchanged.
+
+    See Also
+    --------
+    check_dp_compatible : Raise for every module a validator refuses.
+    check_module : The full check, validators and clipping paths.
+    register : Register a per-layer clipping rule instead.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch import nn
+    >>> from skdp.engine import check_module, register_validator
+    >>> class RunningMean(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.register_buffer("mean", torch.zeros(3))
+    ...         self.weight = nn.Parameter(torch.ones(3))
+    ...     def forward(self, x):
+    ...         self.mean.mul_(0.9).add_(0.1 * x.mean(0).detach())
+    ...         return (x - self.mean) * self.weight
+    >>> @register_validator(RunningMean)
+    ... def _running_mean(module):
+    ...     return "stores a running mean of the data without noise" if module.training else None
+    >>> check_module(nn.Sequential(nn.Linear(3, 3), RunningMean())).paths()
+    {'1': 'refused', '0': 'rule'}
+    """
     def deco(fn):
         for t in module_types:
             VALIDATORS[t] = fn
@@ -68,7 +113,44 @@ def _validator(module):
 
 
 def check_dp_compatible(module):
-    """Raise ``UnsupportedModuleError`` naming every submodule DP-SGD cannot train privately."""
+    """Raise ``UnsupportedModuleError`` naming every submodule DP-SGD cannot train privately.
+
+    Per-example clipping bounds the sensitivity only when example i's loss
+    depends on example i alone and nothing but the noisy gradients leaves the
+    step. The registered validators find the modules that break this
+    (BatchNorm in train mode mixes the examples of a lot; running statistics
+    are released without noise); the error lists each one by path, with its
+    fix. The clippers call it at construction and on every lot, since
+    train/eval modes may change.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model, in the train/eval modes it will be trained in.
+
+    Raises
+    ------
+    UnsupportedModuleError
+        If any submodule is refused by its validator.
+
+    See Also
+    --------
+    check_module : The same refusals, with each layer's clipping path, as a report.
+    register_validator : Register a validator for another module type.
+    skdp.nn.fix_module : Swap BatchNorm for GroupNorm, and the like.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from skdp.engine import check_dp_compatible
+    >>> from skdp.exceptions import UnsupportedModuleError
+    >>> check_dp_compatible(nn.Sequential(nn.Linear(4, 4), nn.GroupNorm(2, 4)))
+    >>> try:
+    ...     check_dp_compatible(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+    ... except UnsupportedModuleError as exc:
+    ...     print(str(exc).split(":")[0])
+    Module '1' (BatchNorm1d) mixes the examples of a lot
+    """
     problems = []
     for name, sub in module.named_modules():
         fn = _validator(sub)
