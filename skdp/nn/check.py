@@ -35,6 +35,12 @@ def check_module(module, clipping="auto", verbose=False):
         problem and its fix). ``report.ok`` is False when something is refused;
         ``report.paths()`` maps names to paths; ``str(report)`` is a table.
 
+    See Also
+    --------
+    fix_module : Swap the usual refused layers for DP-compatible ones.
+    skdp.engine.check_module : The same check, without printing.
+    skdp.engine.register : Add a per-layer rule, so a layer takes the "rule" path.
+
     Examples
     --------
     >>> from torch import nn
@@ -111,6 +117,13 @@ def fix_module(module):
     -------
     fixed : torch.nn.Module
         A deep copy with the swaps made (the root itself is swapped when it is one of these layers).
+
+    See Also
+    --------
+    check_module : See what DP-SGD will do with a module, before or after the fix.
+    DPLSTM : The drop-in for ``nn.LSTM``.
+    DPMultiheadAttention : The drop-in for ``nn.MultiheadAttention``.
+    skdp.engine.check_module : The check the engine runs before a fit.
 
     Examples
     --------

@@ -110,7 +110,27 @@ class _DPRNNBase(nn.Module):
         return x.new_zeros(shape) if hx is None else hx
 
     def forward(self, input, hx=None):  # noqa: A002 - torch's name
-        """Same call and result as the torch module: ``output, h_n`` (LSTM: ``output, (h_n, c_n)``)."""
+        """Run the recurrence over a batch of sequences, as the torch module does.
+
+        Parameters
+        ----------
+        input : torch.Tensor
+            ``(T, B, input_size)``, ``(B, T, input_size)`` with
+            ``batch_first=True``, or one unbatched sequence ``(T, input_size)``.
+            Packed sequences are refused (pad the batch instead).
+        hx : torch.Tensor, tuple of torch.Tensor or None, default=None
+            Initial hidden state ``(num_layers * directions, B, hidden_size)``
+            (LSTM: the pair ``(h_0, c_0)``); None: zeros.
+
+        Returns
+        -------
+        output : torch.Tensor
+            The last layer's hidden state at every time step, in the input's
+            layout, ``hidden_size * directions`` features.
+        hidden : torch.Tensor or tuple of torch.Tensor
+            ``h_n`` at the last step of every layer and direction (LSTM:
+            ``(h_n, c_n)``).
+        """
         if isinstance(input, nn.utils.rnn.PackedSequence):
             raise TypeError(f"{type(self).__name__} does not take a PackedSequence; pad the batch instead.")
         unbatched = input.dim() == 2
@@ -152,7 +172,20 @@ class _DPRNNBase(nn.Module):
         return output, hidden
 
     def load_torch_weights(self, module):
-        """Copy the weights of the torch module this drop-in replaces (same sizes); returns ``self``."""
+        """Copy the weights of the torch module this drop-in replaces (same sizes).
+
+        ``requires_grad`` is copied too, so frozen weights stay frozen.
+
+        Parameters
+        ----------
+        module : torch.nn.LSTM, torch.nn.GRU or torch.nn.RNN
+            The torch module, of the same kind, sizes and number of layers.
+
+        Returns
+        -------
+        self : torch.nn.Module
+            The drop-in, computing the same function as ``module``.
+        """
         for layer in range(self.num_layers):
             for direction in range(self._directions):
                 cell = self.cells[layer * self._directions + direction]
@@ -208,6 +241,12 @@ class DPLSTM(_DPRNNBase):
     proj_size : int, default=0
         Must be 0 (projections are not implemented).
 
+    See Also
+    --------
+    DPGRU : The drop-in for ``nn.GRU``.
+    DPRNN : The drop-in for ``nn.RNN``.
+    fix_module : Swap every ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` of a model for its drop-in.
+
     Examples
     --------
     >>> import torch
@@ -232,6 +271,12 @@ class DPGRU(_DPRNNBase):
     Parameters
     ----------
 {_RNN_PARAMS}
+
+    See Also
+    --------
+    DPLSTM : The drop-in for ``nn.LSTM``.
+    DPRNN : The drop-in for ``nn.RNN``.
+    fix_module : Swap every ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` of a model for its drop-in.
 
     Examples
     --------
@@ -258,6 +303,12 @@ class DPRNN(_DPRNNBase):
     nonlinearity : {{"tanh", "relu"}}, default="tanh"
         The activation of the hidden state.
     bias{_RNN_PARAMS.split(chr(10) + "    bias", 1)[1]}
+
+    See Also
+    --------
+    DPLSTM : The drop-in for ``nn.LSTM``.
+    DPGRU : The drop-in for ``nn.GRU``.
+    fix_module : Swap every ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` of a model for its drop-in.
 
     Examples
     --------
@@ -304,6 +355,11 @@ class DPMultiheadAttention(nn.Module):
     batch_first : bool, default=False
         Inputs and output as ``(batch, sequence, features)``.
 
+    See Also
+    --------
+    DPLSTM : The drop-in for ``nn.LSTM``.
+    fix_module : Swap every ``nn.MultiheadAttention`` of a model (in a ``nn.TransformerEncoderLayer`` too).
+
     Examples
     --------
     >>> import torch
@@ -337,7 +393,23 @@ class DPMultiheadAttention(nn.Module):
         self.bias_k = self.bias_v = None
 
     def load_torch_weights(self, mha):
-        """Copy an ``nn.MultiheadAttention``'s weights (same sizes); returns ``self``."""
+        """Copy the weights of an ``nn.MultiheadAttention`` of the same sizes.
+
+        The fused ``in_proj_weight`` (or the separate ``q_proj_weight``,
+        ``k_proj_weight`` and ``v_proj_weight``) is split into the three
+        projections.
+
+        Parameters
+        ----------
+        mha : torch.nn.MultiheadAttention
+            The module to copy, with the same ``embed_dim``, ``kdim``,
+            ``vdim`` and biases, and ``add_bias_kv=False``.
+
+        Returns
+        -------
+        self : DPMultiheadAttention
+            The drop-in, computing the same function as ``mha``.
+        """
         with torch.no_grad():
             if mha._qkv_same_embed_dim:
                 ws = mha.in_proj_weight.chunk(3, 0)
@@ -369,7 +441,36 @@ class DPMultiheadAttention(nn.Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
-        """``(attn_output, attn_weights)`` as ``nn.MultiheadAttention`` returns them."""
+        """Compute the attention of ``query`` over ``key`` and ``value``, as ``nn.MultiheadAttention`` does.
+
+        Parameters
+        ----------
+        query : torch.Tensor
+            ``(L, B, embed_dim)``, ``(B, L, embed_dim)`` with
+            ``batch_first=True``, or unbatched ``(L, embed_dim)``.
+        key : torch.Tensor
+            ``(S, B, kdim)`` in the same layout.
+        value : torch.Tensor
+            ``(S, B, vdim)`` in the same layout.
+        key_padding_mask : torch.Tensor or None, default=None
+            ``(B, S)``: True (bool) or ``-inf`` (float) where a key is padding.
+        need_weights : bool, default=True
+            Return the attention weights (False: None, and a fused kernel).
+        attn_mask : torch.Tensor or None, default=None
+            ``(L, S)`` or ``(B * num_heads, L, S)``, boolean or additive float.
+        average_attn_weights : bool, default=True
+            Average the returned weights over the heads.
+        is_causal : bool, default=False
+            Without ``attn_mask``, mask every key after the query's position.
+
+        Returns
+        -------
+        attn_output : torch.Tensor
+            ``(L, B, embed_dim)`` in the layout of ``query``.
+        attn_weights : torch.Tensor or None
+            ``(B, L, S)`` (``(B, num_heads, L, S)`` when not averaged), or None
+            when ``need_weights=False``.
+        """
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)

@@ -10,7 +10,34 @@ ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
 
 class SoftmaxRegression(nn.Module):
-    """The thesis's single-layer network: one linear layer to class logits."""
+    """The thesis's single-layer network: one linear layer to class logits.
+
+    Softmax regression: ``logits = W x + b`` on the flattened input, trained
+    with the cross-entropy loss. It is the ``module="linear"`` of
+    :class:`DPMomentumClassifier` (and, with one output per target, the
+    linear regression of :class:`DPMomentumRegressor`). Its one Linear layer
+    is clipped exactly by the per-layer rule.
+
+    Parameters
+    ----------
+    input_dim : int
+        Features per example, after flattening.
+    n_classes : int
+        Number of outputs (classes).
+
+    See Also
+    --------
+    MLP : Hidden layers between input and logits.
+    SmallCNN : A convolutional network for images.
+    module_spec : How an estimator's ``module`` name becomes this class and its arguments.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skdp.nn import SoftmaxRegression
+    >>> SoftmaxRegression(input_dim=64, n_classes=10)(torch.zeros(5, 8, 8)).shape
+    torch.Size([5, 10])
+    """
 
     def __init__(self, input_dim, n_classes):
         super().__init__()
@@ -21,7 +48,21 @@ class SoftmaxRegression(nn.Module):
         """Start from one public prototype per class (row k for class k): logits ``scale * <prototype, x>``.
 
         With unit-norm prototypes and inputs this is the nearest-prototype rule;
-        DP-SGD then fine-tunes it on the private data.
+        DP-SGD then fine-tunes it on the private data. The prototypes must be
+        public (not computed from the private data without noise): they are
+        released with the model.
+
+        Parameters
+        ----------
+        prototypes : array-like of shape (n_classes, input_dim)
+            One prototype per class.
+        scale : float, default=10.0
+            Multiplies the prototypes to give the initial weight (the bias is 0).
+
+        Returns
+        -------
+        module : SoftmaxRegression
+            The initialised network.
         """
         prototypes = torch.as_tensor(np.asarray(prototypes), dtype=torch.float32)
         module = cls(prototypes.shape[1], prototypes.shape[0])
@@ -31,11 +72,57 @@ class SoftmaxRegression(nn.Module):
         return module
 
     def forward(self, X):
+        """Compute the class logits of a lot.
+
+        Parameters
+        ----------
+        X : torch.Tensor of shape (n, ...))
+            The inputs; every dimension after the first is flattened.
+
+        Returns
+        -------
+        logits : torch.Tensor of shape (n, n_classes)
+            One unnormalised score per class (the softmax gives the probabilities).
+        """
         return self.linear(X.flatten(1))
 
 
 class MLP(nn.Module):
-    """Fully connected network with ``hidden_sizes`` hidden layers."""
+    """Fully connected network with ``hidden_sizes`` hidden layers.
+
+    ``Linear -> activation`` per hidden layer, then a Linear layer to the
+    logits, on the flattened input. No BatchNorm and no dropout: BatchNorm
+    mixes the examples of a lot, which per-example clipping cannot bound.
+    Every layer is a Linear, clipped exactly by the per-layer rule. It is the
+    ``module="mlp"`` of the DP-SGD estimators.
+
+    Parameters
+    ----------
+    input_dim : int
+        Features per example, after flattening.
+    n_classes : int
+        Number of outputs (classes).
+    hidden_sizes : tuple of int, default=(256,)
+        Width of each hidden layer, in order.
+    activation : {"tanh", "relu", "elu"}, default="tanh"
+        Activation after each hidden layer. Bounded activations such as tanh
+        tend to do better than ReLU under DP-SGD (Papernot et al. 2021,
+        "Tempered sigmoid activations").
+
+    See Also
+    --------
+    SoftmaxRegression : No hidden layer.
+    SmallCNN : A convolutional network for images.
+    module_spec : How an estimator's ``module`` name becomes this class and its arguments.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skdp.nn import MLP
+    >>> model = MLP(input_dim=20, n_classes=3, hidden_sizes=(32, 16))
+    >>> model(torch.zeros(4, 20)).shape
+    torch.Size([4, 3])
+    """
 
     def __init__(self, input_dim, n_classes, hidden_sizes=(256,), activation="tanh"):
         super().__init__()
@@ -47,11 +134,58 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, X):
+        """Compute the class logits of a lot.
+
+        Parameters
+        ----------
+        X : torch.Tensor of shape (n, ...))
+            The inputs; every dimension after the first is flattened.
+
+        Returns
+        -------
+        logits : torch.Tensor of shape (n, n_classes)
+            One unnormalised score per class (the softmax gives the probabilities).
+        """
         return self.net(X.flatten(1))
 
 
 class SmallCNN(nn.Module):
-    """Two conv-activation-pool blocks and a linear head (no BatchNorm: it mixes examples)."""
+    """Two conv-activation-pool blocks and a linear head (no BatchNorm: it mixes examples).
+
+    Each block is a 3x3 convolution (padding 1), the activation and a 2x2
+    average pooling, so each halves the height and width; the head is a
+    Linear layer on the flattened last feature map. Without BatchNorm every
+    example's output depends on that example alone, as per-example clipping
+    requires; convolutions and the head are clipped exactly by the per-layer
+    rules. It is the ``module="cnn"`` of the DP-SGD estimators.
+
+    Parameters
+    ----------
+    n_classes : int
+        Number of outputs (classes).
+    image_shape : tuple of int (H, W)
+        Image size; each side must be at least ``2 ** len(channels)``.
+    in_channels : int, default=1
+        Channels of the input images.
+    channels : tuple of int, default=(16, 32)
+        Output channels of each block (one block per entry).
+    activation : {"tanh", "relu", "elu"}, default="tanh"
+        Activation after each convolution.
+
+    See Also
+    --------
+    SoftmaxRegression : One linear layer.
+    MLP : A fully connected network.
+    module_spec : How an estimator's ``module`` name becomes this class and its arguments.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skdp.nn import SmallCNN
+    >>> model = SmallCNN(n_classes=10, image_shape=(8, 8))
+    >>> model(torch.zeros(4, 1, 8, 8)).shape, model(torch.zeros(4, 64)).shape
+    (torch.Size([4, 10]), torch.Size([4, 10]))
+    """
 
     def __init__(self, n_classes, image_shape, in_channels=1, channels=(16, 32), activation="tanh"):
         super().__init__()
@@ -66,6 +200,18 @@ class SmallCNN(nn.Module):
         self.head = nn.Linear(c * h * w, n_classes)
 
     def forward(self, X):
+        """Compute the class logits of a lot.
+
+        Parameters
+        ----------
+        X : torch.Tensor of shape (n, in_channels, H, W) or (n, in_channels * H * W))
+            Images, or flat rows reshaped to ``(in_channels, H, W)``.
+
+        Returns
+        -------
+        logits : torch.Tensor of shape (n, n_classes)
+            One unnormalised score per class (the softmax gives the probabilities).
+        """
         if X.dim() == 2:
             X = X.view(X.shape[0], self.in_channels, *self.image_shape)
         return self.head(self.features(X).flatten(1))
@@ -96,9 +242,57 @@ MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": SmallCNN}
 
 
 def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
-    """``(module, kwargs)`` for DPNet: a module name is resolved to its class and the
-    data-dependent constructor arguments (input size, classes, image shape) are filled in.
-    An instance is returned as it is."""
+    """Resolve an estimator's ``module`` to the ``(module, kwargs)`` that ``DPNet`` builds.
+
+    A name ("linear", "mlp", "cnn") is resolved to its class in ``MODULES``,
+    and the constructor arguments that depend on the data's shape (input
+    size, number of classes, image shape and channels) are filled in from
+    public quantities: the shape of a row and the number of outputs. A class
+    gets the same for the built-in ones and ``kwargs`` only otherwise; an
+    instance is returned as it is, with no arguments.
+
+    Parameters
+    ----------
+    module : str, torch.nn.Module class or instance
+        A key of ``MODULES``, a module class or a module instance.
+    input_shape : tuple of int
+        Shape of one row: ``(n_features,)``, ``(H, W)`` or ``(C, H, W)``.
+    n_classes : int
+        Number of outputs.
+    image_shape : tuple of int (H, W) or None, default=None
+        Image size of flat rows for ``SmallCNN``; None: from ``input_shape``,
+        or a square image when the rows are flat.
+    **kwargs : dict
+        Further constructor arguments (an estimator's ``module__*``), kept.
+
+    Returns
+    -------
+    module : torch.nn.Module class or instance
+        The class to build, or the instance given.
+    kwargs : dict
+        Its constructor arguments (empty for an instance).
+
+    Raises
+    ------
+    ValueError
+        For ``SmallCNN``, when the image shape cannot be found or does not
+        fit the rows, or is too small for its pooling blocks.
+
+    See Also
+    --------
+    SoftmaxRegression : The module "linear".
+    MLP : The module "mlp".
+    SmallCNN : The module "cnn".
+
+    Examples
+    --------
+    >>> from skdp.nn import module_spec
+    >>> cls, kwargs = module_spec("cnn", input_shape=(64,), n_classes=10)
+    >>> cls.__name__, kwargs
+    ('SmallCNN', {'n_classes': 10, 'image_shape': (8, 8)})
+    >>> module_spec("mlp", input_shape=(8, 8), n_classes=3, hidden_sizes=(32,))[1]
+    {'input_dim': 64, 'n_classes': 3, 'hidden_sizes': (32,)}
+    """
     if isinstance(module, nn.Module):
         return module, {}
     cls = MODULES[module] if isinstance(module, str) else module
