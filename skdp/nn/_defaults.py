@@ -28,7 +28,8 @@ Learning rate: the noise that SGD with momentum ``m`` accumulates in the
     Sander et al.) and to the model's size; ``r`` is the one constant fitted
     on the development data (the best ``lr * T`` there lay within a factor
     2 of this rule on all six sets, and accuracy is flat within a factor 3).
-    Without noise (epsilon = inf), sigma is taken as 1.
+    Without noise (epsilon = inf), sigma is taken as 1, and so is a sigma
+    below 1 (the rule uses ``max(sigma, 1)``).
 Clipping: ``max_grad_norm`` stays 1; the rule divides by C, so a clipping
     bound changed by the user scales the step with it (most gradients are
     clipped, so only ``lr * C`` matters, as in automatic clipping, Bu et al.
@@ -43,18 +44,68 @@ LR_MAX = 1.0
 
 
 def auto_batch_size(n_samples):
-    """Expected lot size of the "auto" rule: ``n / 4`` (at least 1)."""
+    """Return the expected lot size of the "auto" rule: ``n / 4`` (at least 1).
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of training records n (treated as public).
+
+    Returns
+    -------
+    batch_size : int
+        ``max(1, round(n / 4))``: Poisson rate q = 1/4.
+    """
     return int(max(1, round(SAMPLE_RATE * n_samples)))
 
 
 def auto_max_epochs(n_samples, batch_size):
-    """Epochs that give about ``STEPS`` lots of expected size ``batch_size``."""
+    """Return the number of epochs that gives about ``STEPS`` lots of expected size ``batch_size``.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of training records n (treated as public).
+    batch_size : int
+        Expected lot size B.
+
+    Returns
+    -------
+    max_epochs : int
+        ``ceil(STEPS / max(1, round(n / B)))``: an epoch is ``round(n / B)``
+        lots, so the fit takes at least ``STEPS`` lots.
+    """
     lots_per_epoch = max(1, int(round(n_samples / batch_size)))
     return int(math.ceil(STEPS / lots_per_epoch))
 
 
 def auto_lr(batch_size, n_steps, noise_multiplier, n_params, momentum, max_grad_norm):
-    """Learning rate that keeps the noise accumulated in the weights at ``NOISE_RADIUS`` (see the module)."""
+    """Return the learning rate that keeps the noise accumulated in the weights at ``NOISE_RADIUS``.
+
+    ``lr = NOISE_RADIUS * (1 - momentum) * B / (sigma * C * sqrt(T * p))``,
+    at most ``LR_MAX``, with sigma taken as ``max(sigma, 1)`` (1 without
+    noise); the module docstring says why.
+
+    Parameters
+    ----------
+    batch_size : int
+        Expected lot size B.
+    n_steps : int
+        Number of DP-SGD steps T of the fit.
+    noise_multiplier : float
+        Sigma of the fit (0 without noise).
+    n_params : int
+        Number of trainable parameters p of the model.
+    momentum : float
+        Momentum m of SGD, in [0, 1).
+    max_grad_norm : float
+        Clipping bound C.
+
+    Returns
+    -------
+    lr : float
+        The learning rate, in (0, ``LR_MAX``].
+    """
     sigma = max(float(noise_multiplier), 1.0) if noise_multiplier > 0 else 1.0
     lr = NOISE_RADIUS * (1.0 - momentum) * batch_size / (
         sigma * max_grad_norm * math.sqrt(max(n_steps, 1) * max(n_params, 1)))

@@ -16,8 +16,10 @@ output). This base owns:
   ``privacy_notes_``, ``noise_multiplier_``, ``sample_rate_``, ``n_steps_``,
   ``noise_seeded_``;
 - the privacy plan from public quantities (:meth:`_planned_privacy`), which
-  ``search_privacy_cost`` uses;
-- ``partial_fit`` (one more epoch, charged to the accountant and the ledger).
+  ``search_privacy_cost`` uses.
+
+``partial_fit`` (one more epoch, charged to the accountant and the ledger) is
+the momentum estimators' own (:mod:`skdp.nn._momentum`).
 """
 import math
 import re
@@ -50,7 +52,7 @@ DP_PARAMETER_DOCS = {
     Epochs; an epoch is ``round(n_samples / batch_size)`` Poisson lots.""",
     "batch_size": """batch_size : int or "auto", default={default}
     Expected lot size (lots are Poisson samples of rate ``batch_size / n``).
-    "auto" is about ``4 * sqrt(n_samples)``, capped by n_samples.""",
+    "auto": ``max(16, round(4 * sqrt(n_samples)))``, capped by n_samples.""",
     "auto_lr": """lr : float or "auto", default={default}
     Learning rate of SGD with momentum (post-processing of the noisy
     gradients). "auto" sets it so that the noise accumulated in the weights
@@ -82,14 +84,16 @@ DP_PARAMETER_DOCS = {
     holding the fitted estimator can replay it; for reproducible noise in
     experiments see :func:`skdp.insecure_noise_seed` (not private).""",
     "callbacks": """callbacks : list or None, default={default}
-    skorch callbacks. They see only released quantities: the net, its noisy
-    weights and gradients, and a history of ``epoch``, ``dur`` and ``epsilon``;
-    data arguments (lots, ``X``, ``y``, unnoised losses) are None. Callbacks
-    that monitor or score private quantities (e.g.
+    Callbacks of the skorch net. They see only released quantities: the
+    net, its noisy weights and gradients, and a history of ``epoch``, ``dur``
+    and ``epsilon``; data arguments (lots, ``X``, ``y``, unnoised losses) are
+    None. Callbacks that monitor or score private quantities (e.g.
     ``EarlyStopping(monitor="train_loss")``) are refused.""",
-    "kwargs": """**kwargs
-    skorch-style ``module__*``, ``optimizer__*``, ``criterion__*``,
-    ``callbacks__*`` and ``iterator_valid__*`` parameters, passed to the net.""",
+    "kwargs": """**kwargs : dict
+    Routed parameters in the style of skorch: ``module__*``, ``optimizer__*``,
+    ``criterion__*``, ``callbacks__*`` and ``iterator_valid__*``, passed to
+    the net (e.g. ``module__hidden_sizes=(128,)``). Any other name is refused
+    by ``fit``.""",
 }
 
 DP_ATTRIBUTE_DOCS = """epsilon_ : float
@@ -104,7 +108,8 @@ privacy_notes_ : tuple of str
 noise_seeded_ : bool
     True when fitted inside :func:`skdp.insecure_noise_seed` (not private).
 noise_multiplier_ : float
-    sigma of the fit (calibrated or given).
+    Sigma of the fit (calibrated or given): the noise on each lot's clipped
+    sum has standard deviation ``sigma * max_grad_norm``.
 sample_rate_ : float
     Poisson sample rate of the lots.
 n_steps_ : int
@@ -123,8 +128,47 @@ _TOKEN = re.compile(r"^(?P<indent>[ \t]*)\{dp:(?P<name>\w+)(?:=(?P<default>[^}]*
 def fill_dp_docs(cls):
     """Class decorator: replace ``{dp:name}`` / ``{dp:name=default}`` lines of the docstring by the shared entry.
 
-    ``{dp:attributes}`` inserts the shared fitted attributes. The default shown
-    is read from the class's ``__init__`` unless written after ``=``.
+    The privacy and training parameters every DP-SGD estimator shares are
+    documented once, in ``DP_PARAMETER_DOCS``, and substituted into each
+    estimator's docstring, as skorch builds its classifier docstrings. A line
+    holding only ``{dp:name}`` (any indentation) becomes the entry of
+    ``name``, indented alike; ``{dp:attributes}`` inserts the shared fitted
+    privacy attributes and ``{dp:schedule_attributes}`` the resolved
+    schedule (``batch_size_``, ``max_epochs_``, ``lr_``). The default shown
+    is read from the class's ``__init__`` unless written after ``=``. The
+    decorated class's ``__doc__`` is rewritten in place.
+
+    Returns
+    -------
+    cls : type
+        The same class, its docstring filled in.
+
+    See Also
+    --------
+    DPSGDEstimator : The base class whose parameters the entries document.
+    DPMomentumClassifier : An estimator documented this way.
+
+    Examples
+    --------
+    >>> import inspect
+    >>> from skdp.nn import fill_dp_docs
+    >>> @fill_dp_docs
+    ... class MyEstimator:
+    ...     '''Fit something privately.
+    ...
+    ...     Parameters
+    ...     ----------
+    ...     {dp:delta}
+    ...     '''
+    ...     def __init__(self, delta=1e-6):
+    ...         self.delta = delta
+    >>> print(inspect.getdoc(MyEstimator))
+    Fit something privately.
+    <BLANKLINE>
+    Parameters
+    ----------
+    delta : float, default=1e-06
+        Delta of the (epsilon, delta) guarantee; keep it well below 1 / n_samples.
     """
     import inspect
 
@@ -152,8 +196,30 @@ def fill_dp_docs(cls):
 class DPSGDEstimator(BaseEstimator):
     """Base class of the DP-SGD estimators (not used directly).
 
-    Subclasses set ``_dp_parameters`` (the shared parameters they take) and
-    build their net with ``**self._dp_net_kwargs()``.
+    Subclasses take the shared parameters they need in ``__init__`` (stored
+    as given, ``_set_init_params``) and build their net with
+    ``**self._dp_net_kwargs()``. The base owns what they share: the
+    documentation of the privacy and training parameters
+    (:func:`fill_dp_docs`), the routed ``module__*``-style parameters of
+    skorch, the arguments every ``DPNet`` gets, the privacy plan from public
+    quantities, and the fitted privacy results (``epsilon_``, ``delta_``,
+    ``privacy_certified_``, ...), read from the net in one place.
+
+    See Also
+    --------
+    DPMomentumClassifier : A classifier built on it.
+    DPMomentumRegressor : A regressor built on it.
+    skdp.PGEGenerator : A generative model built on it.
+    DPNet : The skorch net every subclass trains through.
+
+    Examples
+    --------
+    >>> from skdp.nn import DPMomentumClassifier, DPSGDEstimator
+    >>> clf = DPMomentumClassifier(module="mlp", module__hidden_sizes=(32,))
+    >>> isinstance(clf, DPSGDEstimator), clf.get_params()["module__hidden_sizes"]
+    (True, (32,))
+    >>> clf.set_params(module__hidden_sizes=(64,)).module__hidden_sizes
+    (64,)
     """
 
     def _set_init_params(self, params):
@@ -184,6 +250,23 @@ class DPSGDEstimator(BaseEstimator):
                     f"must start with one of {NET_PREFIXES}.")
 
     def get_params(self, deep=True):
+        """Get the parameters of this estimator, routed ``module__*``-style ones included.
+
+        Every extra parameter given to ``__init__`` or ``set_params`` is
+        returned, misspelt ones too, so that ``clone`` (and so every search)
+        keeps it and ``fit`` refuses a typo there as in a direct fit.
+
+        Parameters
+        ----------
+        deep : bool, default=True
+            Also return the parameters of contained estimators, as
+            scikit-learn's ``get_params``.
+
+        Returns
+        -------
+        params : dict
+            Parameter names mapped to their values.
+        """
         params = super().get_params(deep=deep)
         # All extra parameters, misspelt ones too: clone() (and so every search) keeps a typo,
         # and fit refuses it there as it does in a direct fit.
@@ -191,6 +274,23 @@ class DPSGDEstimator(BaseEstimator):
         return params
 
     def set_params(self, **params):
+        """Set the parameters of this estimator, routed ``module__*``-style ones included.
+
+        Names starting with ``module__``, ``optimizer__``, ``criterion__``,
+        ``callbacks__`` or ``iterator_valid__`` (and extra names already
+        given) are stored as given, for the net; the others are set as
+        scikit-learn sets them.
+
+        Parameters
+        ----------
+        **params : dict
+            Estimator parameters.
+
+        Returns
+        -------
+        self : DPSGDEstimator
+            The estimator.
+        """
         extra = {k: params.pop(k) for k in list(params)
                  if k.startswith(NET_PREFIXES) or k in getattr(self, "_extra_params", ())}
         self._store_net_kwargs(extra)

@@ -239,11 +239,16 @@ class _DPMomentum(DPSGDEstimator):
         y : array-like or None, default=None
             True targets; None when ``X`` is a Dataset of ``(x, y)`` items
             (its targets are read in the same pass as its rows).
-        sample_weight : array-like or None, default=None
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Weights of the rows in the score (evaluation only: ``fit`` takes
+            none).
 
         Returns
         -------
         score : float
+            The accuracy (classifier) or coefficient of determination R^2
+            (regressor). Computed from ``y`` without noise: if ``y`` is
+            private, the score is not private either.
         """
         mixin = ClassifierMixin if is_classifier(self) else RegressorMixin
         if not isinstance(X, torch.utils.data.Dataset) or y is not None:
@@ -337,16 +342,23 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
     See Also
     --------
-    DPMomentumRegressor : the same engine for regression.
+    DPMomentumRegressor : The same engine for regression.
     skdp.DPFisherClassifier : Fisher's discriminant from noisy statistics (no SGD).
 
     Examples
     --------
+    A real fit sets ``epsilon`` and lets the noise be calibrated to it (the
+    default, a second or two of accounting); here sigma is given and one
+    epoch is run, and ``epsilon_`` reports what the accountant certifies.
+
     >>> from sklearn.datasets import load_digits
+    >>> from skdp.nn import DPMomentumClassifier
     >>> X, y = load_digits(return_X_y=True)
-    >>> clf = DPMomentumClassifier(epsilon=1.0, classes=range(10), random_state=0)
-    >>> clf.fit(X / 16, y).epsilon_ <= 1.0
-    True
+    >>> clf = DPMomentumClassifier(noise_multiplier=1.0, max_epochs=1, classes=range(10), random_state=0)
+    >>> clf.fit(X / 16, y).n_steps_, round(clf.epsilon_, 1), clf.privacy_certified_
+    (4, 4.9, True)
+    >>> clf.predict(X[:3]).shape, clf.predict_proba(X[:3]).shape
+    ((3,), (3, 10))
     """
 
     _parameter_constraints = {**_DPMomentum._parameter_constraints, "classes": [None, "array-like"],
@@ -419,6 +431,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         Returns
         -------
         self : DPMomentumClassifier
+            The fitted classifier; ``epsilon_`` and ``n_steps_`` count every
+            call so far.
         """
         first = not hasattr(self, "net_")
         X, y = self._validate_Xy(X, y, reset=first, multi_output=False, y_numeric=False)
@@ -462,11 +476,25 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
+            The probability of each class, each row summing to 1.
         """
         return torch.softmax(self._forward(X), dim=1).cpu().numpy()
 
     def torch_predict_proba(self, x):
-        """Differentiable ``predict_proba`` of a float tensor (for white-box attacks such as MI-Face)."""
+        """Differentiable ``predict_proba`` of a float tensor (for white-box attacks such as MI-Face).
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n, ...)
+            Rows shaped like the training rows (images ``(n, H, W)`` get one
+            channel), moved to the net's device as float32.
+
+        Returns
+        -------
+        proba : torch.Tensor of shape (n, n_classes)
+            The softmax of the logits, with the graph kept: gradients flow
+            back to ``x``.
+        """
         return torch.softmax(self._torch_forward(x), dim=1)
 
     def predict(self, X):
@@ -482,6 +510,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         Returns
         -------
         y : ndarray of shape (n_samples,)
+            The predicted labels, from ``classes_``.
         """
         return self._predict_from(self._forward(X))
 
@@ -545,16 +574,22 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     See Also
     --------
-    DPMomentumClassifier : the same engine for classification.
+    DPMomentumClassifier : The same engine for classification.
 
     Examples
     --------
+    A real fit sets ``epsilon`` and lets the noise be calibrated to it (the
+    default); here sigma is given and one epoch is run, and ``epsilon_``
+    reports what the accountant certifies.
+
     >>> import numpy as np
+    >>> from skdp.nn import DPMomentumRegressor
     >>> rng = np.random.default_rng(0)
-    >>> X = rng.uniform(-1, 1, (2000, 3)); y = X @ [0.5, -0.3, 0.2]
-    >>> reg = DPMomentumRegressor(epsilon=2.0, random_state=0).fit(X, y)
-    >>> bool(reg.score(X, y) > 0.5), reg.epsilon_ <= 2.0
-    (True, True)
+    >>> X = rng.uniform(-1, 1, (200, 3))
+    >>> y = X @ [0.5, -0.3, 0.2]
+    >>> reg = DPMomentumRegressor(noise_multiplier=1.0, max_epochs=1, random_state=0).fit(X, y)
+    >>> reg.n_steps_, round(reg.epsilon_, 1), reg.predict(X[:5]).shape
+    (4, 4.9, (5,))
     """
 
     _parameter_constraints = {
@@ -634,6 +669,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         Returns
         -------
         y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predicted targets, shaped as the training targets were.
         """
         return self._predict_from(self._forward(X))
 
