@@ -173,6 +173,15 @@ def test_conv3d_and_conv1d_grouped_convolution_path(monkeypatch):
     test_rule_matches_the_one_example_at_a_time_reference("conv1d_same_groups")
 
 
+@pytest.mark.parametrize("name", ["transformer_encoder", "lstm"])
+def test_linear_rule_without_the_kept_per_example_gradients(monkeypatch, name):
+    # The Linear rule keeps small per-example gradients from the norm for the clipped sum; the
+    # recomputed path (large layers) must give the same reference sums.
+    import skdp.engine.layers as layers
+    monkeypatch.setattr(layers, "_KEEP_PER_EXAMPLE", 0)
+    test_rule_matches_the_one_example_at_a_time_reference(name)
+
+
 def test_conv1d_ghost_branch():
     # Short output, many channels: the ghost norm is cheaper and is the one computed.
     from skdp.engine.layers import _ghost_is_cheaper

@@ -203,6 +203,11 @@ def _trainable(param):
     return param is not None and param.requires_grad
 
 
+#: Largest per-example weight gradient (B x p x d elements, 64 MB in float32) a rule keeps between
+#: the norm and the clipped sum instead of recomputing it.
+_KEEP_PER_EXAMPLE = 1 << 24
+
+
 def _ghost_is_cheaper(T, d, p):
     # Ghost norm costs ~T^2 (d + p) per example, the per-example gradient ~T d p.
     return T * T * (d + p) < T * d * p
@@ -231,6 +236,7 @@ def linear_rule(module, a, g):
     B, d, p = a.shape[0], a.shape[-1], g.shape[-1]
     use_w, use_b = _trainable(module.weight), _trainable(module.bias)
     norm_sq = a.new_zeros(B)
+    kept = None
     if a.dim() == 2:
         g_sq = g.pow(2).sum(1)
         if use_w:
@@ -245,7 +251,13 @@ def linear_rule(module, a, g):
                 # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices.
                 norm_sq += (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(g3, g3.transpose(1, 2))).sum((1, 2))
             else:
-                norm_sq += torch.einsum("btp,btd->bpd", g3, a3).pow(2).sum((1, 2))
+                per_example = torch.einsum("btp,btd->bpd", g3, a3)
+                norm_sq += per_example.pow(2).sum((1, 2))
+                # Kept for the clipped sum when small: sum_b s_b G_b costs B p d instead of the
+                # B T p d of recomputing it from a and g (T times less); kept only up to
+                # _KEEP_PER_EXAMPLE elements, since every layer's copy lives until the clipping.
+                if per_example.numel() <= _KEEP_PER_EXAMPLE:
+                    kept = per_example
         if use_b:
             norm_sq += g3.sum(1).pow(2).sum(1)
         a2, g2 = a3, g3
@@ -253,7 +265,9 @@ def linear_rule(module, a, g):
     def clipped(scale):
         gs = g2 * scale.view(-1, *([1] * (g2.dim() - 1)))
         out = []
-        if use_w:
+        if use_w and kept is not None:
+            out.append((module.weight, torch.tensordot(scale.to(kept.dtype), kept, dims=1)))
+        elif use_w:
             out.append((module.weight, gs.reshape(-1, p).t() @ a2.reshape(-1, d)))
         if use_b:
             out.append((module.bias, gs.reshape(-1, p).sum(0)))
