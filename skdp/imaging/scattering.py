@@ -177,7 +177,7 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        features : torch.Tensor of shape (n, prod(output_shape_))
+        features : torch.Tensor of shape (n, ``prod(output_shape_)``)
             The (normalised) scattering coefficients, one flat row per image.
         """
         check_is_fitted(self)
@@ -198,7 +198,7 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        features : ndarray of shape (n_samples, prod(output_shape_)), float32
+        features : ndarray of shape (n_samples, ``prod(output_shape_)``), float32
             The (normalised) scattering coefficients, one flat row per image.
         """
         check_is_fitted(self)
