@@ -8,7 +8,8 @@ import sys
 import warnings
 
 __all__ = ["PrivacyLeakWarning", "BudgetExceededError", "LedgerUnavailableError", "LedgerDetachedError",
-           "UnsupportedModelError", "UnsupportedModuleError", "TorchUnavailableError", "warn_privacy"]
+           "UnsupportedModelError", "UnsupportedModuleError", "TorchUnavailableError", "StreamedDataError",
+           "warn_privacy"]
 
 
 class PrivacyLeakWarning(RuntimeWarning):
@@ -56,6 +57,17 @@ class TorchUnavailableError(TypeError):
 
 # Frames of these packages are skipped: the warning points at the code that called into them.
 _INTERNAL_PACKAGES = frozenset({"skdp", "sklearn", "skorch", "joblib", "torch", "contextlib", "warnings"})
+
+
+class StreamedDataError(ValueError):
+    """Rows read on demand (a memmap, a torch Dataset) were unusable when read again.
+
+    Streamed data are validated in one pass before the ledger is charged;
+    rows that are read again during training or prediction and are then not
+    finite or of another shape (the file or the Dataset changed) stop the
+    fit. The charge made before the first lot stands: the steps already
+    taken were released to the model.
+    """
 
 
 def warn_privacy(message, category=PrivacyLeakWarning):

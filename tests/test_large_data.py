@@ -15,7 +15,7 @@ from sklearn.datasets import make_classification
 from torch.utils.data import Dataset, TensorDataset
 
 from skdp import BudgetLedger, DPMomentumClassifier, DPMomentumRegressor, PrivacyLeakWarning
-from skdp.nn._data import StreamedDataError
+from skdp.exceptions import StreamedDataError
 
 N, D = 2000, 64
 FAST = dict(batch_size=100, max_epochs=2)  # 40 lots

@@ -44,12 +44,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..exceptions import StreamedDataError
+
 # Rows per chunk when streaming (validation, prediction) unless iterator_valid__batch_size says otherwise.
 DEFAULT_CHUNK_ROWS = 1024
-
-
-class StreamedDataError(ValueError):
-    """Streamed rows were unusable (not finite, wrong shape) when read during training or prediction."""
 
 
 def is_streamed(X):
