@@ -84,6 +84,29 @@ def test_reproducible_and_leaves_global_rng_alone(digits, seeded_noise):
     assert torch.equal(torch.get_rng_state(), torch_state)
 
 
+def test_max_physical_batch_size_changes_memory_not_the_release(digits, seeded_noise, monkeypatch):
+    # Lots of n / 4 = 337 examples put through the network 50 at a time: same lots, same noise,
+    # same model (up to float summation order), same privacy accounting.
+    Xtr, _, ytr, _ = digits
+    with seeded_noise():
+        whole = DPMomentumClassifier(module="mlp", max_epochs=2, classes=range(10), random_state=3).fit(Xtr, ytr)
+    from skdp.engine import DPSGDEngine
+
+    sizes, clipped_sum = [], DPSGDEngine._clipped_sum
+
+    def spy(self, per_example_loss, inputs):
+        sizes.append(len(inputs[0]))
+        return clipped_sum(self, per_example_loss, inputs)
+    monkeypatch.setattr(DPSGDEngine, "_clipped_sum", spy)
+    with seeded_noise():
+        pieces = DPMomentumClassifier(module="mlp", max_epochs=2, classes=range(10), random_state=3,
+                                      max_physical_batch_size=50).fit(Xtr, ytr)
+    assert whole.batch_size_ > 50 and max(sizes) <= 50 and sum(sizes) > whole.batch_size_
+    assert (pieces.epsilon_, pieces.noise_multiplier_, pieces.n_steps_) == \
+        (whole.epsilon_, whole.noise_multiplier_, whole.n_steps_)
+    np.testing.assert_allclose(pieces.predict_proba(Xtr), whole.predict_proba(Xtr), atol=1e-4)
+
+
 def test_pickle_and_clone_of_fitted(digits):
     Xtr, Xte, ytr, _ = digits
     clf = DPMomentumClassifier(max_epochs=2, classes=range(10), random_state=0,

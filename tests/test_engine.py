@@ -217,3 +217,26 @@ def test_without_clipping_or_noise_the_step_is_the_ordinary_mean_gradient():
     clipped.max_grad_norm = 0.01
     clipped.private_gradients(ce_loss, (X, y))
     assert not torch.allclose(fast[0], next(model.parameters()).grad)
+
+
+@pytest.mark.parametrize("clipping", ["ghost", "vmap"])
+def test_pieces_of_a_lot_give_the_lots_release(clipping):
+    # max_physical_batch_size bounds memory only: the clipped sum of a lot cut into pieces is the
+    # lot's clipped sum (a sum over examples), and the per-example losses and norms are the same.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+    X, y = torch.randn(23, 5), torch.randint(0, 3, (23,))
+    out = {}
+    for piece in (None, 4, 23, 100):
+        engine = DPSGDEngine(model, max_grad_norm=0.3, noise_multiplier=0.0, expected_batch_size=10.0,
+                             generator=torch.Generator(), clipping=clipping, max_physical_batch_size=piece)
+        losses, norms = engine.private_gradients(ce_loss, (X, y))
+        out[piece] = (losses, norms, [p.grad.clone() for p in engine.params])
+        engine.close()
+    ref_losses, ref_norms, ref_grads = out[None]
+    for piece in (4, 23, 100):
+        losses, norms, grads = out[piece]
+        torch.testing.assert_close(losses, ref_losses)
+        torch.testing.assert_close(norms, ref_norms)
+        for g, r in zip(grads, ref_grads):
+            torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-5)

@@ -146,6 +146,13 @@ class DPSGDEngine:
         fresh (``mechanism_rng``): whoever can replay it can subtract the noise.
     clipping : {"auto", "ghost", "vmap"}, default="auto"
         The per-example clipping method (see :func:`make_clipper`).
+    max_physical_batch_size : int or None, default=None
+        Largest number of examples put through the module at once. A lot
+        larger than this is cut into pieces whose clipped sums are added
+        before the noise is drawn once: the release is the same function of
+        the lot (each example's loss depends on that example alone), so the
+        privacy is unchanged; only memory (activations, per-layer buffers)
+        is bounded. None: the whole lot at once.
 
     Attributes
     ----------
@@ -179,8 +186,9 @@ class DPSGDEngine:
     """
 
     def __init__(self, module, *, max_grad_norm, noise_multiplier, expected_batch_size,
-                 generator, clipping="auto"):
+                 generator, clipping="auto", max_physical_batch_size=None):
         self.module = module
+        self.max_physical_batch_size = max_physical_batch_size
         self.max_grad_norm = float(max_grad_norm)
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
@@ -244,16 +252,28 @@ class DPSGDEngine:
         n = inputs[0].shape[0]
         grads = {}
         losses = norms = inputs[0].new_zeros(0)
-        if n > 0 and self._baseline():
-            # Nothing to clip and no noise (a non-private baseline): one ordinary backward pass.
-            losses = per_example_loss(self.module, *inputs)
-            batch_grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=True)
-            grads = {p: g for p, g in zip(self.params, batch_grads) if g is not None}
-            losses = losses.detach()
-        elif n > 0:
-            losses, pairs, norms = self._clipped_sum(per_example_loss, inputs)
+        # Pieces of at most max_physical_batch_size examples: sum_i clip(g_i) is a sum over examples,
+        # so adding the pieces' clipped sums gives the lot's exactly (up to float summation order).
+        step = self.max_physical_batch_size or max(n, 1)
+        piece_losses, piece_norms = [], []
+        for start in range(0, n, step):
+            piece = tuple(t[start:start + step] for t in inputs)
+            if self._baseline():
+                # Nothing to clip and no noise (a non-private baseline): one ordinary backward pass.
+                piece_loss = per_example_loss(self.module, *piece)
+                batch_grads = torch.autograd.grad(piece_loss.sum(), self.params, allow_unused=True)
+                pairs = [(p, g) for p, g in zip(self.params, batch_grads) if g is not None]
+                piece_losses.append(piece_loss.detach())
+            else:
+                piece_loss, pairs, piece_norm = self._clipped_sum(per_example_loss, piece)
+                piece_losses.append(piece_loss)
+                piece_norms.append(piece_norm)
             for p, g in pairs:
                 grads[p] = grads[p] + g if p in grads else g
+        if piece_losses:
+            losses = torch.cat(piece_losses)
+        if piece_norms:
+            norms = torch.cat(piece_norms)
         # Noise is drawn already scaled and the clipped sum added into it in place:
         # one pass of the generator and one of the addition per parameter.
         inv_lot = 1.0 / self.expected_batch_size

@@ -70,6 +70,13 @@ DP_PARAMETER_DOCS = {
     "clipping": """clipping : {{"auto", "ghost", "vmap"}}, default={default}
     Per-example clipping of the engine: "ghost" (hooks and per-layer rules,
     fast), "vmap" (torch.func, any layer), "auto" (ghost where it can).""",
+    "max_physical_batch_size": """max_physical_batch_size : int or None, default={default}
+    Largest number of examples put through the network at once. A lot
+    larger than this (the "auto" lots are n / 4) is processed in pieces whose
+    clipped gradient sums are added before the noise is drawn once: the same
+    release, so the privacy is unchanged, with memory bounded by the piece
+    (as Opacus's ``BatchMemoryManager``). The rows of a whole lot are still
+    read at once. None: whole lots.""",
     "ledger": """ledger : BudgetLedger or None, default={default}
     Charged with the fit's planned spend before training; a fit that would
     overdraw it raises ``BudgetExceededError`` and never starts.""",
@@ -298,6 +305,7 @@ class DPSGDEstimator(BaseEstimator):
 
     # -- the net ---------------------------------------------------------------------------
     _NET_ARGUMENTS = ("epsilon", "delta", "max_grad_norm", "noise_multiplier", "accounting", "clipping",
+                      "max_physical_batch_size",
                       "ledger", "random_state", "lr", "max_epochs", "device", "verbose")
 
     def _dp_net_kwargs(self, **overrides):

@@ -71,6 +71,7 @@ class _DPMomentum(DPSGDEstimator):
         "max_epochs": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
         "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
         "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
+        "max_physical_batch_size": [None, Interval(numbers.Integral, 1, None, closed="left")],
         "image_shape": [None, tuple],
         "ledger": [None, HasMethods(["spend"])],
         "device": [str, torch.device],
@@ -302,6 +303,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:auto_batch_size}
     {dp:accounting}
     {dp:clipping}
+    {dp:max_physical_batch_size}
     classes : array-like or None, default=None
         The public set of labels. None reads it from ``y`` (warns: the label set
         of the private data is released; ``privacy_certified_=False``).
@@ -366,9 +368,9 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
     def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
                  noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
-                 accounting="rdp", clipping="auto", classes=None, image_shape=None, normalize_rows="rms",
-                 ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None,
-                 **kwargs):
+                 accounting="rdp", clipping="auto", max_physical_batch_size=None, classes=None, image_shape=None,
+                 normalize_rows="rms", ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
+                 random_state=None, **kwargs):
         self._set_init_params(locals())
         self._store_net_kwargs(kwargs)
 
@@ -547,6 +549,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:auto_batch_size}
     {dp:accounting}
     {dp:clipping}
+    {dp:max_physical_batch_size}
     image_shape : tuple (H, W) or None, default=None
         Image size of flat input for ``module="cnn"``.
     {dp:ledger}
@@ -600,8 +603,9 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     def __init__(self, module="linear", *, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
-                 batch_size="auto", accounting="rdp", clipping="auto", image_shape=None, ledger=None,
-                 device="cpu", callbacks=None, verbose=0, warm_start=False, random_state=None, **kwargs):
+                 batch_size="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None,
+                 image_shape=None, ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
+                 random_state=None, **kwargs):
         self._set_init_params(locals())
         self._store_net_kwargs(kwargs)
 

@@ -292,6 +292,10 @@ class DPNet(NeuralNet):
         Steps on the noisy gradient (post-processing: any optimizer is private).
     owner : str or None, default=None
         Name of the estimator this net trains for, used in ledger entries.
+    max_physical_batch_size : int or None, default=None
+        Largest number of examples the engine puts through the module at
+        once; larger lots are processed in pieces with the same release (see
+        :class:`skdp.engine.DPSGDEngine`). Bounds memory, not privacy.
     **kwargs : dict
         The parameters of skorch (``lr``, ``max_epochs``, ``batch_size``,
         ``module__*``, ``optimizer__*``, ``callbacks``, ``device``, ...).
@@ -330,7 +334,7 @@ class DPNet(NeuralNet):
     def __init__(self, module, criterion=torch.nn.CrossEntropyLoss, *args, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", clipping="auto",
                  ledger=None, random_state=None, train_split=None, optimizer=torch.optim.SGD,
-                 owner=None, **kwargs):
+                 owner=None, max_physical_batch_size=None, **kwargs):
         kwargs.setdefault("criterion__reduction", "none")
         super().__init__(module, criterion, *args, train_split=train_split, optimizer=optimizer, **kwargs)
         self.epsilon = epsilon
@@ -342,6 +346,7 @@ class DPNet(NeuralNet):
         self.ledger = ledger
         self.random_state = random_state
         self.owner = owner
+        self.max_physical_batch_size = max_physical_batch_size
 
     # ---- set-up -------------------------------------------------------------------------
     def get_default_callbacks(self):
@@ -647,7 +652,8 @@ class DPNet(NeuralNet):
             module, max_grad_norm=self.max_grad_norm, noise_multiplier=noise_multiplier,
             expected_batch_size=expected_batch_size,
             generator=torch_generator(self._lot_rng, device=self.device),
-            clipping=self.clipping if clipping is None else clipping)
+            clipping=self.clipping if clipping is None else clipping,
+            max_physical_batch_size=self.max_physical_batch_size)
 
     def initialize_engines(self, sigma, expected_batch_size):
         """Set the engines ``train_step`` uses for this fit.
