@@ -175,6 +175,7 @@ GOOD_X, GOOD_Y = make_blobs(n_samples=40, centers=2, random_state=0)
     ({"max_grad_norm": 0}, GOOD_X, GOOD_Y, "max_grad_norm"),
     ({"batch_size": 41}, GOOD_X, GOOD_Y, "batch_size"),
     ({"accounting": "gdp"}, GOOD_X, GOOD_Y, "accounting"),
+    ({"max_physical_batch_size": 0}, GOOD_X, GOOD_Y, "max_physical_batch_size"),
     ({"optimiser__lr": 1}, GOOD_X, GOOD_Y, "optimiser__lr"),
 ])
 def test_bad_input_is_refused_clearly_and_arrays_are_untouched(params, X, y, match):
