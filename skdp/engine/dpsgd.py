@@ -27,6 +27,7 @@ import torch
 from .functional import FunctionalClipper
 from .hooks import HookClipper, UnsupportedModelError
 from .checker import check_module
+from .validators import check_parameters_unchanged, parameter_versions
 
 CLIPPINGS = ("auto", "ghost", "vmap")
 
@@ -209,15 +210,21 @@ class DPSGDEngine:
     def _clipped_sum(self, per_example_loss, inputs):
         if self.clipper is None:
             self.clipper = self._make_clipper()
+        # A forward that writes a parameter (Embedding(max_norm=...), a custom layer) changes the released
+        # weights from the data without noise: refused, whichever clipper ran it.
+        versions = parameter_versions(self.module)
         try:
-            return self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+            out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
         except UnsupportedModelError:
             # Raised by the hooks before any gradient is released: under "auto" switch to the exact path.
             if self.clipping != "auto" or not isinstance(self.clipper, HookClipper):
                 raise
+            check_parameters_unchanged(self.module, versions)
             self.clipper.remove()
             self.clipper = FunctionalClipper(self.module)
-            return self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+            out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+        check_parameters_unchanged(self.module, versions)
+        return out
 
     def close(self):
         """Remove the clipper's hooks from the module (call it when the fit ends)."""

@@ -115,6 +115,11 @@ class HookClipper:
     def _hook(self, sub, inputs, output):
         if self._records is None:
             return
+        if not inputs:
+            # Forward hooks see positional inputs only: the rule would have no activations to work on.
+            raise UnsupportedModelError(
+                f"Layer {self._names[sub]!r} ({type(sub).__name__}) was called with its input as a keyword "
+                f"argument, which the per-layer hooks cannot see; call it positionally, or {_FIX}.")
         calls = self._records.setdefault(sub, [])
         if calls and self._rules[sub].stack is None:
             raise UnsupportedModelError(
@@ -168,9 +173,38 @@ class HookClipper:
                     f"(a time-major (T, B, ...) layout clips per time step). Keep the examples first in every "
                     f"layer (batch_first=True), or {_FIX}.")
 
+    def _check_examples_independent(self, per_example_loss, inputs, k):
+        """Refuse the hooks when an example's loss depends on the other examples of the lot.
+
+        The per-layer rules clip what each example's loss sends back through each layer; a module that
+        mixes the examples (``x - x.mean(0)``, a lot-wide softmax) has no parameter of its own to refuse
+        and passes every other check, yet one record then moves the clipped sum by far more than C.
+        Up to three examples are run alone and compared with their loss in the lot. In eval mode:
+        dropout draws a new mask per call, which would read as mixing (BatchNorm, which mixes only in
+        train mode, is refused by the validators before this).
+        """
+        modes = [(m, m.training) for m in self.module.modules()]
+        self.module.eval()
+        try:
+            with torch.no_grad(), _fork_rng(self.module):
+                in_lot = per_example_loss(self.module, *(t[:k] for t in inputs))
+                for i in range(min(3, k)):
+                    alone = per_example_loss(self.module, *(t[i:i + 1] for t in inputs))
+                    if not torch.allclose(alone.reshape(-1), in_lot[i:i + 1], rtol=1e-4, atol=1e-5,
+                                          equal_nan=True):
+                        raise UnsupportedModelError(
+                            f"Example {i}'s loss is {alone.reshape(-1)[0].item():.6g} alone and "
+                            f"{in_lot[i].item():.6g} in the lot: the module mixes the examples of a lot (a "
+                            f"statistic over the batch dimension), which the per-layer rules cannot clip per "
+                            f"example; {_FIX}, which computes each example's gradient alone.")
+        finally:
+            for m, training in modes:
+                m.training = training
+
     def _verify(self, per_example_loss, inputs, n):
-        """Probe the first half of the lot: first dims follow the lot size; rule sums equal autograd's."""
+        """Probe the first half of the lot: examples independent, first dims right, rule sums exact."""
         k = n // 2
+        self._check_examples_independent(per_example_loss, inputs, k)
         with _fork_rng(self.module):  # leave the training's random stream (dropout) as it was
             losses, used = self._forward(per_example_loss, tuple(t[:k] for t in inputs))
         self._check_example_dim(losses, used, k)

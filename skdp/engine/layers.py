@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..exceptions import UnsupportedModelError
+
 LAYER_RULES = {}
 #: Per layer type, the names of the direct parameters its rule accounts for.
 RULE_PARAMS = {}
@@ -160,7 +162,15 @@ def _opacus_rule(module):
 
     def rule(module, a, g):
         # Opacus's grad samplers return per-example gradients {param: (B, *param.shape)} of one call.
-        grads = [(p, gs) for p, gs in sampler(module, [a], g).items() if p.requires_grad]
+        # They see only the layer's first positional input: a sampler that needs more (EmbeddingBag's
+        # offsets) fails here, before anything is released, and "auto" takes the exact vmap path.
+        try:
+            samples = sampler(module, [a], g)
+        except Exception as exc:  # noqa: BLE001 - any failure of a third-party sampler means "not covered"
+            raise UnsupportedModelError(
+                f"Opacus's grad sampler for {type(module).__name__} failed on this layer's input "
+                f"({type(exc).__name__}: {exc}); use clipping='vmap' (or 'auto', which falls back to it).") from exc
+        grads = [(p, gs) for p, gs in samples.items() if p.requires_grad]
         B = g.shape[0]
         norm_sq = sum((gs.reshape(B, -1).pow(2).sum(1) for _, gs in grads), g.new_zeros(B))
 

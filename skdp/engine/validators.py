@@ -17,6 +17,7 @@ listing every offending module by path. Modules of unregistered types that
 update buffers in the forward are caught at run time by
 ``buffer_versions``/``check_buffers_unchanged``.
 """
+from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
@@ -94,6 +95,18 @@ def _batch_norm(module):
     return None
 
 
+@register_validator(nn.Embedding, nn.EmbeddingBag)
+def _embedding_max_norm(module):
+    # With max_norm, every forward rescales the looked-up rows in place (embedding_renorm_), outside
+    # autograd and without noise: the released weights show which tokens the private data held.
+    if module.max_norm is not None:
+        return (f"renormalises in place, without noise, the rows each lot looks up (max_norm="
+                f"{module.max_norm!r}): the released weights would show which tokens the private data "
+                "held; use max_norm=None (normalise the looked-up vectors in forward instead, e.g. "
+                "torch.nn.functional.normalize)")
+    return None
+
+
 @register_validator(_InstanceNorm)
 def _instance_norm(module):
     # Per example and channel, so no mixing; but in train mode with track_running_stats it stores the
@@ -164,6 +177,22 @@ def check_dp_compatible(module):
 def buffer_versions(module):
     """In-place version counters of ``module``'s buffers (an in-place update bumps them)."""
     return [(name, b, b._version) for name, b in module.named_buffers()]
+
+
+def parameter_versions(module):
+    """In-place version counters of ``module``'s parameters (a forward that writes one bumps it)."""
+    return [(name, p, p._version) for name, p in module.named_parameters()]
+
+
+def check_parameters_unchanged(module, versions):
+    """Raise if computing the clipped sum wrote a parameter in place: a data-dependent change, no noise."""
+    changed = [name for name, p, v in versions if p._version != v]
+    if changed:
+        raise UnsupportedModuleError(
+            f"The forward pass changed parameter(s) {', '.join(map(repr, changed))} in place, from the data "
+            "and without noise (e.g. Embedding(max_norm=...) renormalising the rows a lot looks up): the "
+            "released weights would carry it. Do not write parameters in forward. The parameters already "
+            "hold this lot's change: discard the model.")
 
 
 def check_buffers_unchanged(module, versions):

@@ -154,6 +154,10 @@ class RowSource(torch.utils.data.Dataset):
     def take(self, idx):
         """``(X, y)`` of rows ``idx``, read in increasing index order and checked finite."""
         idx = np.asarray(idx, dtype=np.int64)
+        if len(idx) == 0:
+            # An empty Poisson lot is still a step (noise only, as the accountant counts it): nothing to read.
+            y = torch.zeros(0) if self.targets is None else self.targets[idx]
+            return np.zeros((0, *self.out_shape), np.float32), y
         if len(idx) > 1 and np.any(idx[1:] < idx[:-1]):
             idx = np.sort(idx)  # locality; a lot is a set, its order does not matter
         X, labels = self._read(idx)

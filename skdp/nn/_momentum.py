@@ -101,7 +101,7 @@ class _DPMomentum(DPSGDEstimator):
         it is read from the data) is exactly what it is for arrays.
         """
         if not is_streamed(X):
-            return validate_data(self, X, y, reset=reset, dtype=np.float32, allow_nd=True,
+            return validate_data(self, X, y, reset=reset, dtype=self._x_dtype(), allow_nd=True,
                                  multi_output=multi_output, y_numeric=y_numeric, ensure_min_samples=1)
         owner = type(self).__name__
         _check_feature_names(self, X, reset=reset)
@@ -125,12 +125,17 @@ class _DPMomentum(DPSGDEstimator):
             _check_feature_names(self, X, reset=False)
             return self._check_row_shape(as_rows(X, type(self).__name__, labelled=False))
         if reset:
-            return validate_data(self, X, reset=True, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+            return validate_data(self, X, reset=True, dtype=self._x_dtype(), allow_nd=True, ensure_min_samples=1)
         # n_features_in_ counts pixels for images, so sklearn's check of X.shape[1] would not fit:
         # the feature names are checked as sklearn does, and the row shape against input_shape_.
         _check_feature_names(self, X, reset=False)
-        X = check_array(X, dtype=np.float32, allow_nd=True, ensure_min_samples=1)
+        X = check_array(X, dtype=self._x_dtype(), allow_nd=True, ensure_min_samples=1)
         return self._check_row_shape(X)
+
+    def _x_dtype(self):
+        # Integer inputs (token ids for an nn.Embedding) stay integers for a module of the user's; any
+        # other input, and any input of a built-in module, is computed in float32.
+        return np.float32 if isinstance(self.module, str) else [np.float32, np.int64, np.int32]
 
     def _check_row_shape(self, X):
         if X.shape[1:] != self.input_shape_:
