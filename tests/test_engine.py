@@ -240,3 +240,35 @@ def test_pieces_of_a_lot_give_the_lots_release(clipping):
         torch.testing.assert_close(norms, ref_norms)
         for g, r in zip(grads, ref_grads):
             torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-5)
+
+
+class _StridedLSTMReader(nn.Module):
+    """nn.LSTM under vmap gives a strided batched output that group_norm's batching rule refuses."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(3, 8, batch_first=True)
+        self.norm = nn.GroupNorm(1, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        out, _ = self.rnn(x.reshape(len(x), 4, 3))
+        return self.head(self.norm(out[:, -1]))
+
+
+def test_vmap_failure_falls_back_to_one_example_at_a_time_exactly():
+    import warnings
+
+    torch.manual_seed(0)
+    model, X, y = _StridedLSTMReader(), torch.randn(6, 12), torch.randint(0, 2, (6,))
+    engine = DPSGDEngine(model, max_grad_norm=0.5, noise_multiplier=0.0, expected_batch_size=1.0,
+                         generator=torch.Generator(), clipping="vmap")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch: no batching rule for mkldnn_rnn_layer
+        _, norms = engine.private_gradients(ce_loss, (X, y))
+    mine = [p.grad.clone() for p in engine.params]
+    assert engine.clipper._loop and "contiguous" in engine.clipper.vmap_error
+    ref, ref_norms = naive_clipped_sum(model, X, y, C=0.5)
+    torch.testing.assert_close(norms, ref_norms, atol=1e-5, rtol=1e-4)
+    for g, r in zip(mine, ref):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)

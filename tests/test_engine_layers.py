@@ -285,7 +285,10 @@ def test_fix_module_swaps_batchnorm_and_leaves_the_original_alone():
     model = nn.Sequential(nn.Conv2d(1, 6, 3), nn.BatchNorm2d(6), nn.Sequential(nn.BatchNorm1d(64)))
     fixed = fix_module(model)
     assert isinstance(fixed[1], nn.GroupNorm) and fixed[1].num_groups == 6
-    assert isinstance(fixed[2][0], nn.GroupNorm) and fixed[2][0].num_groups == 32
+    # BatchNorm1d: one group, so that (N, C) rows are normalised over their channels (C groups would
+    # normalise single values: always 0, and an error for one example alone).
+    assert isinstance(fixed[2][0], nn.GroupNorm) and fixed[2][0].num_groups == 1
+    assert fixed[2][0](torch.randn(1, 64)).abs().sum() > 0
     assert isinstance(model[1], nn.BatchNorm2d)  # a copy, the input untouched
     torch.testing.assert_close(fixed[0].weight, model[0].weight)
 

@@ -3,7 +3,9 @@
 It covers any layer and any loss that torch.func can differentiate, including
 losses that differentiate the network itself (sliced score matching needs a
 Jacobian-vector product inside the loss). It builds a (batch x parameters)
-tensor, in chunks of ``chunk_size`` examples, so it is the slow path.
+tensor, in chunks of ``chunk_size`` examples, so it is the slow path. Where
+vmap itself fails on a module (an op without a batching rule), the same
+per-example gradients are taken one example at a time: slower still, exact.
 
 Exact for shared (tied) parameters: ``named_parameters`` lists a shared tensor
 once, so its per-example gradient is the sum over its uses. Overflow: norms
@@ -26,6 +28,8 @@ class FunctionalClipper:
         check_dp_compatible(module)
         self.module = module
         self.chunk_size = chunk_size
+        # Set for good when vmap fails on this module: per-example gradients then come from a loop.
+        self._loop, self.vmap_error = False, None
 
     def remove(self):
         pass
@@ -47,9 +51,21 @@ class FunctionalClipper:
             loss = per_example_loss(forward, *batch)[0]
             return loss, loss.detach()
 
-        per_example_grad = vmap(grad(one_loss, has_aux=True), in_dims=(None,) + (0,) * len(inputs),
-                                chunk_size=self.chunk_size)
-        grads, losses = per_example_grad(params, *inputs)
+        example_grad = grad(one_loss, has_aux=True)
+        grads = None
+        if not self._loop:
+            try:
+                per_example_grad = vmap(example_grad, in_dims=(None,) + (0,) * len(inputs),
+                                        chunk_size=self.chunk_size)
+                grads, losses = per_example_grad(params, *inputs)
+            except RuntimeError as exc:
+                # Some ops have no batching rule or refuse vmap's batched layouts (group_norm on a
+                # strided LSTM output); nothing was released. The same gradients, one example at a time.
+                self._loop, self.vmap_error = True, f"{type(exc).__name__}: {exc}"
+        if grads is None:
+            pieces = [example_grad(params, *(t[i] for t in inputs)) for i in range(inputs[0].shape[0])]
+            grads = {k: torch.stack([g[k] for g, _ in pieces]) for k in params}
+            losses = torch.stack([loss for _, loss in pieces])
         flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1)
         norms = flat.norm(dim=1)
         if bool(torch.isfinite(norms + losses.to(norms.dtype)).all()):

@@ -58,9 +58,15 @@ def check_module(module, clipping="auto", verbose=False):
 
 
 def _batch_norm_to_group_norm(bn):
-    # Opacus's ModuleValidator.fix rule: GroupNorm with min(32, C) groups (the largest divisor of C up to 32).
     C = bn.num_features
-    groups = max(g for g in range(1, min(32, C) + 1) if C % g == 0)
+    if isinstance(bn, nn.BatchNorm1d):
+        # BatchNorm1d often sees (N, C) rows: C groups would normalise single values (always 0, and an
+        # error for one example). One group normalises each example over its channels (like LayerNorm).
+        groups = 1
+    else:
+        # Opacus's ModuleValidator.fix rule: the largest divisor of C up to 32 (spatial dims give each
+        # group many values).
+        groups = max(g for g in range(1, min(32, C) + 1) if C % g == 0)
     return nn.GroupNorm(groups, C, eps=bn.eps, affine=bn.affine)
 
 
@@ -99,9 +105,11 @@ def _fix_for(module):
 def fix_module(module):
     """A copy of ``module`` with the layers DP-SGD refuses or cannot hook replaced.
 
-    - BatchNorm1d/2d/3d -> GroupNorm with the largest divisor of the channels
-      up to 32 as groups (as Opacus's ``ModuleValidator.fix``); the running
-      statistics are dropped (GroupNorm normalises each example on its own).
+    - BatchNorm2d/3d -> GroupNorm with the largest divisor of the channels
+      up to 32 as groups (as Opacus's ``ModuleValidator.fix``); BatchNorm1d ->
+      GroupNorm with one group (it often sees ``(N, C)`` rows, where C groups
+      would normalise single values to 0). The running statistics are
+      dropped (GroupNorm normalises each example on its own).
       The function changes: retrain, or fine-tune, after the swap.
     - nn.LSTM / nn.GRU / nn.RNN -> ``DPLSTM`` / ``DPGRU`` / ``DPRNN`` with the
       weights copied: same outputs, exact per-layer clipping.
