@@ -105,4 +105,5 @@ def test_api_reference_lists_every_public_name(site_url):
 
     html = (SITE / "api.html").read_text()
     missing = [f"{m}.{n}" for m, n, _ in public_objects() if f"{m}.{n}" not in html]
-    assert not missing, f"not in the API reference: {missing}"
+    assert not missing, (f"not in the API reference: {missing}; if they were added since the site was built, "
+                         "rebuild it: sphinx-build -W -b html doc doc/_build/html")
