@@ -138,5 +138,10 @@ def test_property_extreme_records_keep_every_dp_sgd_release_finite(make):
         assert all(np.isfinite(p.detach().numpy()).all() for p in clf.net_.module_.parameters())
         assert np.isfinite(clf.predict_proba(Xh)).all()
         reg = DPMomentumRegressor(max_epochs=1, batch_size=20).fit(Xh, Y.astype(float))
-        assert np.isfinite(reg.predict(Xh)).all()
+        assert all(np.isfinite(p.detach().numpy()).all() for p in reg.net_.module_.parameters())
+        # The regressor does not rescale rows (its target depends on their scale): its float32 prediction
+        # for the extreme row itself is w . x with |x| up to 3e38 and may overflow for a weight above ~1.1,
+        # which fresh noise sometimes gives. Every other row's prediction must stay finite.
+        others = np.arange(len(Xh)) != where
+        assert np.isfinite(reg.predict(Xh[others])).all()
     check()
