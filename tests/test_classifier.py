@@ -94,9 +94,9 @@ def test_max_physical_batch_size_changes_memory_not_the_release(digits, seeded_n
 
     sizes, clipped_sum = [], DPSGDEngine._clipped_sum
 
-    def spy(self, per_example_loss, inputs):
+    def spy(self, per_example_loss, inputs, **kwargs):
         sizes.append(len(inputs[0]))
-        return clipped_sum(self, per_example_loss, inputs)
+        return clipped_sum(self, per_example_loss, inputs, **kwargs)
     monkeypatch.setattr(DPSGDEngine, "_clipped_sum", spy)
     with seeded_noise():
         pieces = DPMomentumClassifier(module="mlp", max_epochs=2, classes=range(10), random_state=3,

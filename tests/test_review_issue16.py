@@ -153,3 +153,121 @@ def test_a_layer_called_with_a_keyword_input_takes_the_exact_path():
     y = (X[:, 0] > 0).astype(np.int64)
     clf = DPMomentumClassifier(Keyword(), classes=[0, 1], max_epochs=1).fit(X, y)
     assert clf.predict(X).shape == (60,)
+
+
+# ---- second review (same day): the probe, pieces, the guard, the vmap loop ----------------------------
+def _loss(f, x, y):
+    return F.cross_entropy(f(x), y, reduction="none")
+
+
+def _release(model, X, y, **engine_kwargs):
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=1.0,
+                         generator=torch.Generator(), **engine_kwargs)
+    engine.private_gradients(_loss, (X, y))
+    out = torch.cat([p.grad.flatten().clone() for p in engine.params])
+    engine.close()
+    return out
+
+
+def _max_leave_one_out(model, X, y, **engine_kwargs):
+    full = _release(model, X, y, **engine_kwargs)
+    keep = lambda i: torch.arange(len(X)) != i  # noqa: E731
+    return max((full - _release(model, X[keep(i)], y[keep(i)], **engine_kwargs)).norm().item()
+               for i in range(len(X)))
+
+
+class _TrainOnlyCenter(nn.Module):
+    def forward(self, x):
+        return x - x.mean(0, keepdim=True) if self.training else x
+
+
+@pytest.mark.parametrize("mixer", [_Center, _TrainOnlyCenter])
+@pytest.mark.parametrize("pieces", [None, 2, 3])
+def test_mixing_is_caught_with_small_pieces_and_in_train_mode_only(mixer, pieces):
+    # Pieces of 2 or 3 made the probe compare example 0 with itself; a module mixing only in train mode
+    # escaped a probe run in eval mode. Either moved the clipped sum by up to 5 C.
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(5, 8), mixer(), nn.Linear(8, 2))
+    X, y = torch.randn(12, 5) * 5, torch.arange(12) % 2
+    assert _max_leave_one_out(model, X, y, max_physical_batch_size=pieces) <= 1.0 + 1e-4
+
+
+def test_a_first_lot_of_three_does_not_verify_a_mixing_module_for_good():
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(5, 8), _Center(), nn.Linear(8, 2))
+    X, y = torch.randn(24, 5) * 5, torch.arange(24) % 2
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=1.0,
+                         generator=torch.Generator())
+    engine.private_gradients(_loss, (X[:3], y[:3]))
+    engine.private_gradients(_loss, (X, y))
+    full = torch.cat([p.grad.flatten().clone() for p in engine.params])
+    engine.private_gradients(_loss, (X[1:], y[1:]))
+    without = torch.cat([p.grad.flatten().clone() for p in engine.params])
+    engine.close()
+    assert (full - without).norm().item() <= 1.0 + 1e-4
+
+
+def test_writes_through_data_are_refused_too():
+    class WritesData(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 2)
+
+        def forward(self, x):
+            self.lin.bias.data.add_(x.mean())  # .data does not bump the version counter
+            return self.lin(x)
+
+    engine = DPSGDEngine(WritesData(), max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4,
+                         generator=torch.Generator())
+    with pytest.raises(UnsupportedModuleError, match="in place"):
+        engine.private_gradients(_loss, (torch.randn(6, 3) + 7, torch.zeros(6, dtype=torch.long)))
+    engine.close()
+
+
+def test_single_example_pieces_still_verify_the_rules():
+    # With pieces of one example the rules were never checked against autograd: an in-place ReLU
+    # (which the hooks get wrong) stayed on them.
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_engine import naive_clipped_sum
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 3))
+    X, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+    engine = DPSGDEngine(model, max_grad_norm=0.5, noise_multiplier=0.0, expected_batch_size=1.0,
+                         generator=torch.Generator(), max_physical_batch_size=1)
+    engine.private_gradients(_loss, (X, y))
+    mine = [p.grad.clone() for p in engine.params]
+    engine.close()
+    ref, _ = naive_clipped_sum(model, X, y, C=0.5)
+    for g, r in zip(mine, ref):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+
+
+def test_dropout_on_the_vmap_path_draws_per_example_masks_without_the_loop():
+    from skdp.engine.functional import FunctionalClipper
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4,
+                         generator=torch.Generator(), clipping="vmap")
+    engine.private_gradients(_loss, (torch.randn(6, 4), torch.zeros(6, dtype=torch.long)))
+    assert isinstance(engine.clipper, FunctionalClipper) and not engine.clipper._loop
+    engine.close()
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_engine_refuses_a_bad_max_physical_batch_size(value):
+    with pytest.raises(ValueError, match="max_physical_batch_size"):
+        DPSGDEngine(nn.Linear(2, 2), max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4,
+                    generator=torch.Generator(), max_physical_batch_size=value)
+
+
+def test_fix_module_sync_batchnorm_and_dtype():
+    from skdp.nn import fix_module
+
+    model = nn.Sequential(nn.Linear(4, 16), nn.SyncBatchNorm(16)).double()
+    fixed = fix_module(model)
+    assert isinstance(fixed[1], nn.GroupNorm) and fixed[1].num_groups == 1
+    assert fixed[1].weight.dtype == torch.float64
+    assert fixed(torch.randn(1, 4, dtype=torch.float64)).abs().sum() > 0

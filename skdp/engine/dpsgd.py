@@ -21,6 +21,7 @@ dim that is not the example dim, a parameter used outside its layer) raises
 switches for good to the exact ``FunctionalClipper`` and redoes the lot.
 """
 import math
+import numbers
 
 import torch
 
@@ -189,6 +190,10 @@ class DPSGDEngine:
     def __init__(self, module, *, max_grad_norm, noise_multiplier, expected_batch_size,
                  generator, clipping="auto", max_physical_batch_size=None):
         self.module = module
+        if max_physical_batch_size is not None and not (
+                isinstance(max_physical_batch_size, numbers.Integral) and max_physical_batch_size >= 1):
+            raise ValueError(f"max_physical_batch_size must be None or an int >= 1, got "
+                             f"{max_physical_batch_size!r}.")
         self.max_physical_batch_size = max_physical_batch_size
         self.max_grad_norm = float(max_grad_norm)
         self.noise_multiplier = float(noise_multiplier)
@@ -207,14 +212,18 @@ class DPSGDEngine:
         check_module(self.module, self.clipping).raise_if_refused()
         return make_clipper(self.module, self.clipping)
 
-    def _clipped_sum(self, per_example_loss, inputs):
+    def _clipped_sum(self, per_example_loss, inputs, lot=None):
         if self.clipper is None:
             self.clipper = self._make_clipper()
         # A forward that writes a parameter (Embedding(max_norm=...), a custom layer) changes the released
         # weights from the data without noise: refused, whichever clipper ran it.
         versions = parameter_versions(self.module)
         try:
-            out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+            if isinstance(self.clipper, HookClipper):
+                # The whole lot for the hooks' first-lot probe, whatever the piece: it needs two examples.
+                out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm, probe_inputs=lot)
+            else:
+                out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
         except UnsupportedModelError:
             # Raised by the hooks before any gradient is released: under "auto" switch to the exact path.
             if self.clipping != "auto" or not isinstance(self.clipper, HookClipper):
@@ -272,7 +281,7 @@ class DPSGDEngine:
                 pairs = [(p, g) for p, g in zip(self.params, batch_grads) if g is not None]
                 piece_losses.append(piece_loss.detach())
             else:
-                piece_loss, pairs, piece_norm = self._clipped_sum(per_example_loss, piece)
+                piece_loss, pairs, piece_norm = self._clipped_sum(per_example_loss, piece, lot=inputs)
                 piece_losses.append(piece_loss)
                 piece_norms.append(piece_norm)
             for p, g in pairs:

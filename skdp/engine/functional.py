@@ -14,6 +14,7 @@ whose gradient or loss is still not finite contributes exactly zero (its rows
 zeroed, not only its scale: 0 x inf = NaN).
 """
 import math
+import warnings
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -55,13 +56,19 @@ class FunctionalClipper:
         grads = None
         if not self._loop:
             try:
+                # randomness="different": dropout draws one mask per example, as in a loop over examples.
                 per_example_grad = vmap(example_grad, in_dims=(None,) + (0,) * len(inputs),
-                                        chunk_size=self.chunk_size)
+                                        chunk_size=self.chunk_size, randomness="different")
                 grads, losses = per_example_grad(params, *inputs)
             except RuntimeError as exc:
+                if "out of memory" in str(exc).lower():
+                    raise  # not vmap's limitation: smaller lots or max_physical_batch_size
                 # Some ops have no batching rule or refuse vmap's batched layouts (group_norm on a
                 # strided LSTM output); nothing was released. The same gradients, one example at a time.
                 self._loop, self.vmap_error = True, f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"torch.func.vmap failed on this model ({self.vmap_error[:200]}); per-example "
+                              "gradients are taken one example at a time from now on: exact, slower.",
+                              RuntimeWarning, stacklevel=2)
         if grads is None:
             pieces = [example_grad(params, *(t[i] for t in inputs)) for i in range(inputs[0].shape[0])]
             grads = {k: torch.stack([g[k] for g, _ in pieces]) for k in params}

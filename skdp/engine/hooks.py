@@ -41,6 +41,15 @@ from .validators import buffer_versions, check_buffers_unchanged, check_dp_compa
 
 
 _FIX = "use clipping='vmap' (or 'auto', which falls back to it)"
+#: Rows of a lot the first-lot probe looks at (at least two are needed to see examples mix).
+_PROBE_ROWS = 32
+
+
+def _per_call_random_layers():
+    # Layers that draw new randomness at every call and never mix examples: put in eval mode while
+    # the probe compares an example alone with the same example in the lot.
+    from ..nn.dp_modules import DPMultiheadAttention, _DPRNNBase
+    return (torch.nn.modules.dropout._DropoutNd, DPMultiheadAttention, _DPRNNBase)
 
 
 def _layers_with_params(module):
@@ -179,12 +188,17 @@ class HookClipper:
         The per-layer rules clip what each example's loss sends back through each layer; a module that
         mixes the examples (``x - x.mean(0)``, a lot-wide softmax) has no parameter of its own to refuse
         and passes every other check, yet one record then moves the clipped sum by far more than C.
-        Up to three examples are run alone and compared with their loss in the lot. In eval mode:
-        dropout draws a new mask per call, which would read as mixing (BatchNorm, which mixes only in
-        train mode, is refused by the validators before this).
+        Up to three examples are run alone and compared with their loss among the ``k >= 2`` examples
+        of the probe, in the modules' own train/eval modes (a module may mix only in train mode), except
+        the layers known to draw fresh randomness per call without mixing (dropout, skdp's DP layers):
+        those are put in eval mode for the comparison. Any other randomness reads as a mismatch and
+        sends the model to the exact vmap path, which is safe.
         """
         modes = [(m, m.training) for m in self.module.modules()]
-        self.module.eval()
+        per_call_random = _per_call_random_layers()
+        for sub in self.module.modules():
+            if isinstance(sub, per_call_random):
+                sub.eval()
         try:
             with torch.no_grad(), _fork_rng(self.module):
                 in_lot = per_example_loss(self.module, *(t[:k] for t in inputs))
@@ -202,9 +216,9 @@ class HookClipper:
                 m.training = training
 
     def _verify(self, per_example_loss, inputs, n):
-        """Probe the first half of the lot: examples independent, first dims right, rule sums exact."""
+        """Probe the lot's first rows: examples independent, first dims right, rule sums exact."""
+        self._check_examples_independent(per_example_loss, inputs, n)
         k = n // 2
-        self._check_examples_independent(per_example_loss, inputs, k)
         with _fork_rng(self.module):  # leave the training's random stream (dropout) as it was
             losses, used = self._forward(per_example_loss, tuple(t[:k] for t in inputs))
         self._check_example_dim(losses, used, k)
@@ -236,12 +250,18 @@ class HookClipper:
                     f"its gradient; {_FIX}.")
         self._verified = True
 
-    def clipped_sum(self, per_example_loss, inputs, max_grad_norm):
-        """Per-example losses, ``[(param, clipped gradient sum)]`` and per-example norms."""
+    def clipped_sum(self, per_example_loss, inputs, max_grad_norm, probe_inputs=None):
+        """Per-example losses, ``[(param, clipped gradient sum)]`` and per-example norms.
+
+        ``probe_inputs``: the whole lot when ``inputs`` is a piece of it, so that the first-lot probe
+        sees at least two examples whatever the piece size.
+        """
         check_dp_compatible(self.module)  # train/eval modes may have changed since construction
         n = inputs[0].shape[0]
-        if not self._verified and n >= 2:
-            self._verify(per_example_loss, inputs, n)
+        probe = inputs if probe_inputs is None else probe_inputs
+        m = min(probe[0].shape[0], _PROBE_ROWS)
+        if not self._verified and m >= 2:
+            self._verify(per_example_loss, tuple(t[:m] for t in probe), m)
         versions = buffer_versions(self.module)
         losses, used = self._forward(per_example_loss, inputs)
         check_buffers_unchanged(self.module, versions)

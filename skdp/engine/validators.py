@@ -17,6 +17,7 @@ listing every offending module by path. Modules of unregistered types that
 update buffers in the forward are caught at run time by
 ``buffer_versions``/``check_buffers_unchanged``.
 """
+import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
@@ -175,18 +176,41 @@ def check_dp_compatible(module):
 
 
 def buffer_versions(module):
-    """In-place version counters of ``module``'s buffers (an in-place update bumps them)."""
-    return [(name, b, b._version) for name, b in module.named_buffers()]
+    """Fingerprints of ``module``'s buffers: version counter, storage and sums (an update changes one)."""
+    named = list(module.named_buffers())
+    return named, _fingerprints([b for _, b in named])
+
+
+def _fingerprints(tensors):
+    """Per tensor: version counter, storage pointer, float64 sum and sum of squares.
+
+    The version counter misses writes through ``.data`` (``p.data.add_``, ``p.data = x``); the storage
+    pointer and the two sums catch those not built to keep both sums. The sums are computed on each
+    tensor's device and brought to the host once per device (one synchronisation on a GPU).
+    """
+    by_device = {}
+    for i, t in enumerate(tensors):
+        d = t.detach().double()
+        by_device.setdefault(t.device, []).append((i, torch.stack([d.sum(), d.square().sum()])))
+    sums = [None] * len(tensors)
+    for items in by_device.values():
+        host = torch.stack([v for _, v in items]).cpu().tolist()
+        for (i, _), pair in zip(items, host):
+            sums[i] = tuple(pair)
+    return [(t._version, t.data_ptr(), *pair) for t, pair in zip(tensors, sums)]
 
 
 def parameter_versions(module):
-    """In-place version counters of ``module``'s parameters (a forward that writes one bumps it)."""
-    return [(name, p, p._version) for name, p in module.named_parameters()]
+    """Fingerprints of ``module``'s parameters (see ``check_parameters_unchanged``)."""
+    named = list(module.named_parameters())
+    return named, _fingerprints([p for _, p in named])
 
 
 def check_parameters_unchanged(module, versions):
     """Raise if computing the clipped sum wrote a parameter in place: a data-dependent change, no noise."""
-    changed = [name for name, p, v in versions if p._version != v]
+    named, before = versions
+    now = _fingerprints([p for _, p in named])
+    changed = [name for (name, _), a, b in zip(named, now, before) if not _same(a, b)]
     if changed:
         raise UnsupportedModuleError(
             f"The forward pass changed parameter(s) {', '.join(map(repr, changed))} in place, from the data "
@@ -195,9 +219,16 @@ def check_parameters_unchanged(module, versions):
             "hold this lot's change: discard the model.")
 
 
+def _same(now, before):
+    # NaN sums compare unequal to themselves: a NaN parameter that stayed NaN has not changed.
+    return all(a == b or (a != a and b != b) for a, b in zip(now, before))
+
+
 def check_buffers_unchanged(module, versions):
     """Raise if a forward pass updated a buffer in place: data released without noise."""
-    changed = [name for name, b, v in versions if b._version != v]
+    named, before = versions
+    now = _fingerprints([b for _, b in named])
+    changed = [name for (name, _), a, b in zip(named, now, before) if not _same(a, b)]
     if changed:
         owners = dict(module.named_modules())
         names = []

@@ -59,15 +59,17 @@ def check_module(module, clipping="auto", verbose=False):
 
 def _batch_norm_to_group_norm(bn):
     C = bn.num_features
-    if isinstance(bn, nn.BatchNorm1d):
-        # BatchNorm1d often sees (N, C) rows: C groups would normalise single values (always 0, and an
-        # error for one example). One group normalises each example over its channels (like LayerNorm).
-        groups = 1
-    else:
-        # Opacus's ModuleValidator.fix rule: the largest divisor of C up to 32 (spatial dims give each
-        # group many values).
+    if isinstance(bn, (nn.BatchNorm2d, nn.BatchNorm3d)):
+        # Opacus's ModuleValidator.fix rule: the largest divisor of C up to 32 (the spatial dims give
+        # each group many values).
         groups = max(g for g in range(1, min(32, C) + 1) if C % g == 0)
-    return nn.GroupNorm(groups, C, eps=bn.eps, affine=bn.affine)
+    else:
+        # BatchNorm1d and SyncBatchNorm may see (N, C) rows: C groups would normalise single values
+        # (always 0, and an error for one example). One group normalises each example over its channels.
+        groups = 1
+    like = next((t for t in (bn.weight, bn.running_mean) if t is not None), None)
+    gn = nn.GroupNorm(groups, C, eps=bn.eps, affine=bn.affine)
+    return gn if like is None else gn.to(device=like.device, dtype=like.dtype)
 
 
 def _recurrent(dp_class):
@@ -106,8 +108,8 @@ def fix_module(module):
     """A copy of ``module`` with the layers DP-SGD refuses or cannot hook replaced.
 
     - BatchNorm2d/3d -> GroupNorm with the largest divisor of the channels
-      up to 32 as groups (as Opacus's ``ModuleValidator.fix``); BatchNorm1d ->
-      GroupNorm with one group (it often sees ``(N, C)`` rows, where C groups
+      up to 32 as groups (as Opacus's ``ModuleValidator.fix``); BatchNorm1d and
+      SyncBatchNorm -> GroupNorm with one group (it often sees ``(N, C)`` rows, where C groups
       would normalise single values to 0). The running statistics are
       dropped (GroupNorm normalises each example on its own).
       The function changes: retrain, or fine-tune, after the swap.
