@@ -143,9 +143,11 @@ def digits():
 
 def test_fisher_classifier_learns_digits_privately(digits):
     Xtr, Xte, ytr, yte = digits
-    # Fresh noise: the median of three fits, so one unlucky draw does not fail the test.
+    # Fresh noise: the median of three fits, so one unlucky draw does not fail the test. Measured over
+    # 200 fits (2026-11-23): mean 0.816, sd 0.030, 1% quantile 0.713; a bar of 0.8 failed the median
+    # about 9% of the time, 0.72 fails it about 0.1% of the time (chance is 0.1).
     fits = [DPFisherClassifier(epsilon=3, bounds=(0, 16), classes=range(10)).fit(Xtr, ytr) for _ in range(3)]
-    assert np.median([clf.score(Xte, yte) for clf in fits]) > 0.8
+    assert np.median([clf.score(Xte, yte) for clf in fits]) > 0.72
     assert all(clf.privacy_certified_ and clf.epsilon_ == 3 and clf.delta_ == 1e-5 for clf in fits)
 
 
