@@ -17,8 +17,13 @@ class Clipper(Protocol):
     """Per-example clipping for ``DPSGDEngine`` (``HookClipper``, ``FunctionalClipper``)."""
 
     def clipped_sum(self, per_example_loss: Callable[..., torch.Tensor], inputs: Sequence[torch.Tensor],
-                    max_grad_norm: float) -> tuple[torch.Tensor, ClippedSums, torch.Tensor]:
-        """Per-example losses, ``[(parameter, sum of clipped per-example gradients)]`` and the norms."""
+                    max_grad_norm: float, probe_inputs: Sequence[torch.Tensor] | None = None,
+                    ) -> tuple[torch.Tensor, ClippedSums, torch.Tensor]:
+        """Per-example losses, ``[(parameter, sum of clipped per-example gradients)]`` and the norms.
+
+        ``probe_inputs``: the whole lot when ``inputs`` is a piece of it, for checks that need
+        several examples (the hook clipper's first-lot probe); a clipper may ignore it.
+        """
 
     def remove(self) -> None:
         """Release hooks or other resources."""

@@ -239,6 +239,9 @@ def check_module(module, clipping="auto"):
             reason = ("no per-layer rule (register one with skdp.engine.register, or use fix_module for "
                       "BatchNorm/LSTM/GRU/RNN/MultiheadAttention)")
         elif shared:
+            # Each layer's rule sees its own share g_j of the parameter's gradient; the norms would add as
+            # sum_j ||g_j||^2 while the clipped gradients add into one parameter, ||sum_j g_j||^2 <=
+            # k sum_j ||g_j||^2: under-clipped by up to sqrt(k).
             reason = (f"shares parameters with {', '.join(map(repr, shared))} (tied weights): per-layer norms "
                       f"would under-count the shared gradient")
         elif uncovered_params(sub, rule):

@@ -28,7 +28,7 @@ import torch
 from .functional import FunctionalClipper
 from .hooks import HookClipper, UnsupportedModelError
 from .checker import check_module
-from .validators import check_parameters_unchanged, parameter_versions
+from .validators import buffer_versions, check_buffers_unchanged, check_parameters_unchanged, parameter_versions
 
 CLIPPINGS = ("auto", "ghost", "vmap")
 
@@ -215,24 +215,24 @@ class DPSGDEngine:
     def _clipped_sum(self, per_example_loss, inputs, lot=None):
         if self.clipper is None:
             self.clipper = self._make_clipper()
-        # A forward that writes a parameter (Embedding(max_norm=...), a custom layer) changes the released
-        # weights from the data without noise: refused, whichever clipper ran it.
-        versions = parameter_versions(self.module)
+        # A forward that writes a parameter (Embedding(max_norm=...), a custom layer) or a buffer (a running
+        # statistic) changes what is released from the data without noise: refused, whichever clipper
+        # ran it, the hooks' first-lot probe included.
+        params, buffers = parameter_versions(self.module), buffer_versions(self.module)
         try:
-            if isinstance(self.clipper, HookClipper):
-                # The whole lot for the hooks' first-lot probe, whatever the piece: it needs two examples.
-                out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm, probe_inputs=lot)
-            else:
-                out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+            # The whole lot for the hooks' first-lot probe, whatever the piece: it needs two examples.
+            out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm, probe_inputs=lot)
         except UnsupportedModelError:
             # Raised by the hooks before any gradient is released: under "auto" switch to the exact path.
             if self.clipping != "auto" or not isinstance(self.clipper, HookClipper):
                 raise
-            check_parameters_unchanged(self.module, versions)
+            check_parameters_unchanged(self.module, params)
+            check_buffers_unchanged(self.module, buffers)
             self.clipper.remove()
             self.clipper = FunctionalClipper(self.module)
             out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
-        check_parameters_unchanged(self.module, versions)
+        check_parameters_unchanged(self.module, params)
+        check_buffers_unchanged(self.module, buffers)
         return out
 
     def close(self):

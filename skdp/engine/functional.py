@@ -35,7 +35,9 @@ class FunctionalClipper:
     def remove(self):
         pass
 
-    def clipped_sum(self, per_example_loss, inputs, max_grad_norm):
+    def clipped_sum(self, per_example_loss, inputs, max_grad_norm, probe_inputs=None):
+        # probe_inputs: the lot a piece comes from; each example's gradient is computed alone here,
+        # so there is nothing to probe.
         module = self.module
         check_dp_compatible(module)  # train/eval modes may have changed since construction
         named = dict(module.named_parameters())

@@ -36,8 +36,9 @@ import math
 import torch
 
 from ..exceptions import UnsupportedModelError
-from .layers import lookup, uncovered_params
-from .validators import buffer_versions, check_buffers_unchanged, check_dp_compatible
+from .checker import check_module
+from .layers import lookup
+from .validators import check_dp_compatible
 
 
 _FIX = "use clipping='vmap' (or 'auto', which falls back to it)"
@@ -82,39 +83,13 @@ class HookClipper:
     """Per-example clipping by forward hooks and per-layer rules."""
 
     def __init__(self, module):
-        check_dp_compatible(module)
+        # The static checks have one home, skdp.engine.check_module: the validators (examples mixed, data
+        # in buffers), then per layer a rule, no tied weights, no parameter its rule leaves out, no forward
+        # replaced. Under "ghost" a layer the rules cannot clip exactly is refused (UnsupportedModelError:
+        # "auto" then takes the vmap path).
+        check_module(module, "ghost").raise_if_refused()
         self.module = module
-        self.layers = []
-        owners = {}
-        for name, sub in _layers_with_params(module):
-            rule = lookup(sub)
-            kind = type(sub).__name__
-            if rule is None:
-                raise UnsupportedModelError(
-                    f"Layer {name!r} ({kind}) has no per-layer clipping rule; "
-                    f"{_FIX}, or register one with skdp.engine.layers.register.")
-            extra = uncovered_params(sub, rule)
-            if extra:
-                raise UnsupportedModelError(
-                    f"Layer {name!r} ({kind}) has trainable parameter(s) {extra} that its clipping rule does "
-                    f"not cover (it accounts for {rule.params}): their gradient would be left out "
-                    f"of the per-example norm. {_FIX[0].upper() + _FIX[1:]}, or move them to a module with a rule.")
-            if "forward" in vars(sub):
-                raise UnsupportedModelError(
-                    f"Layer {name!r} ({kind}) has its forward replaced on the instance; the {kind} rule "
-                    f"assumes {kind}.forward. {_FIX[0].upper() + _FIX[1:]}.")
-            for p in sub.parameters(recurse=False):
-                if p.requires_grad:
-                    owners.setdefault(id(p), []).append(name)
-            self.layers.append((name, sub, rule))
-        shared = [names for names in owners.values() if len(names) > 1]
-        if shared:
-            # Each layer's rule sees its own share g_j of the parameter's gradient; the norms would add
-            # as sum_j ||g_j||^2 while the clipped gradients add into one parameter, ||sum_j g_j||^2 <=
-            # k sum_j ||g_j||^2: under-clipped by up to sqrt(k).
-            raise UnsupportedModelError(
-                f"Parameters shared by layers {', '.join(map(repr, shared[0]))} (tied weights): the per-layer "
-                f"norms would under-count the shared gradient by up to sqrt({len(shared[0])}); {_FIX}.")
+        self.layers = [(name, sub, lookup(sub)) for name, sub in _layers_with_params(module)]
         self._names = {sub: name for name, sub, _ in self.layers}
         self._rules = {sub: rule for _, sub, rule in self.layers}
         self._records = None
@@ -262,9 +237,7 @@ class HookClipper:
         m = min(probe[0].shape[0], _PROBE_ROWS)
         if not self._verified and m >= 2:
             self._verify(per_example_loss, tuple(t[:m] for t in probe), m)
-        versions = buffer_versions(self.module)
         losses, used = self._forward(per_example_loss, inputs)
-        check_buffers_unchanged(self.module, versions)
         self._check_example_dim(losses, used, n)
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
         layers = self._merge_calls(used, grads)

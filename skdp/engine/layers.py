@@ -22,7 +22,7 @@ calls stacked along a token axis. ``register(..., stack=fn)`` declares how to
 stack the calls' ``(a, g)`` into one; a layer without ``stack`` called twice is
 refused by the hooks (``clipping="auto"`` then takes the vmap path).
 
-Lookup (``rule_for``) goes through ``RULE_PROVIDERS`` in order: skdp's own rules
+Lookup (``lookup``) goes through ``RULE_PROVIDERS`` in order: skdp's own rules
 by exact type, then Opacus's registered grad samplers (per-example gradients
 of one layer, when Opacus is installed). Each provider returns a ``Rule`` or
 None; the vmap path takes what none of them covers.
@@ -194,12 +194,6 @@ def lookup(module):
         if rule is not None:
             return rule
     return None
-
-
-def rule_for(module):
-    """The rule function for ``module``, or None when no per-layer rule covers it."""
-    rule = lookup(module)
-    return None if rule is None else rule.fn
 
 
 def uncovered_params(module, rule=None):

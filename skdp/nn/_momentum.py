@@ -24,7 +24,8 @@ from sklearn.utils.validation import (_check_feature_names, _check_y, check_cons
 
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
-from ._data import RowSource, StreamedDataError, as_rows, chunk_rows, is_streamed
+from ..exceptions import StreamedDataError
+from ._data import RowSource, as_rows, chunk_rows, is_streamed
 from ._estimator import DPSGDEstimator, fill_dp_docs
 from .modules import RowRMSNormalized, module_spec
 from .net import DPNet, plan_dpsgd
