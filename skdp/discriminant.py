@@ -13,6 +13,7 @@ from .mechanisms import gaussian_dp_mu
 from .privacy.ledger import charge
 from .utils.bounds import apply_bounds, resolve_bounds
 from .privacy.report import set_privacy_attributes
+from .utils import taps
 from .utils.random import mechanism_rng
 from .utils.validation import PRIVACY_CONSTRAINTS, encode_labels, set_init_params, warn_if_delta_too_large
 
@@ -187,9 +188,11 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
         self.noise_std_ = {name: sensitivities[name] / (mu * math.sqrt(share))
                            for name, share in MU2_SHARES.items()}
         rng = mechanism_rng(self)  # fresh and secret: never from random_state
-        counts = counts + rng.normal(scale=self.noise_std_["counts"], size=counts.shape)
-        sums = sums + rng.normal(scale=self.noise_std_["sums"], size=sums.shape)
-        squares = squares + rng.normal(scale=self.noise_std_["squares"], size=squares.shape)
+        noisy = {}
+        for name, value in (("counts", counts), ("sums", sums), ("squares", squares)):
+            value = taps.release(f"gaussian:{name}", value, sensitivities[name], "l2")
+            noisy[name] = value + rng.normal(scale=self.noise_std_[name] * taps.noise_factor(), size=value.shape)
+        counts, sums, squares = noisy["counts"], noisy["sums"], noisy["squares"]
 
         # Post-processing of the released statistics.
         self.class_count_ = counts

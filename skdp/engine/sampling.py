@@ -51,6 +51,9 @@ class PoissonBatchSampler:
         return self.n_batches
 
     def __iter__(self):
-        for _ in range(self.n_batches):
-            mask = self.rng.random(self.n_samples) < self.sample_rate
+        # One child stream per lot: record i's coin in lot t is the i-th draw of lot t's stream, whatever
+        # the number of records, so neighbouring data sets (a record appended) share every other coin
+        # under insecure_noise_seed (tests/test_sensitivity_harness.py). Fresh entropy stays fresh.
+        for lot_rng in self.rng.spawn(self.n_batches):
+            mask = lot_rng.random(self.n_samples) < self.sample_rate
             yield np.flatnonzero(mask).tolist()

@@ -10,6 +10,7 @@ from ..mechanisms import gumbel_top_k, top_k_round_epsilon
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
 from ..privacy.report import set_privacy_attributes
+from ..utils import taps
 from ..utils.random import mechanism_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS, encode_labels, set_init_params, warn_if_delta_too_large
 from ._base import TopKSelectorMixin
@@ -220,7 +221,8 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         else:
             charge(self.ledger, self.epsilon, self.delta, owner)
             eps_count, eps_select = COUNT_SHARE * self.epsilon, (1 - COUNT_SHARE) * self.epsilon
-            self.class_counts_ = counts + rng.laplace(scale=1.0 / eps_count, size=k)
+            counts = taps.release("laplace:class_counts", counts, 1.0, "l1")  # one record: one count, by 1
+            self.class_counts_ = counts + rng.laplace(scale=taps.noise_factor() / eps_count, size=k)
             # Class means divide by max(n_c, floor): one record then moves any mean by at most
             # width / floor, whatever the true counts. The floor is post-processing of the noisy counts.
             floor = max(1.0, float(self.class_counts_.min()))

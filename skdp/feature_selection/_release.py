@@ -12,6 +12,7 @@ from ..mechanisms import analytic_gaussian_sigma
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
 from ..privacy.report import set_privacy_attributes
+from ..utils import taps
 from ..utils.random import mechanism_rng
 from ..utils.validation import PRIVACY_CONSTRAINTS, set_init_params
 from ._dfs import DPFisherSelector
@@ -222,7 +223,9 @@ class DFSRelease(TransformerMixin, BaseEstimator):
             self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
             if math.isinf(self.epsilon):
                 self.delta_ = 0.0
-        noise = mechanism_rng(self).normal(scale=self.noise_std_, size=kept.shape)
+        if self.method != "paper":  # replace-one: one row moves by at most sensitivity_ (L2)
+            kept = taps.release("gaussian:rows", kept, self.sensitivity_, "l2", adjacency="replace-one")
+        noise = mechanism_rng(self).normal(scale=self.noise_std_, size=kept.shape) * taps.noise_factor()
         self.noise_seeded_ = self.noise_seeded_ or self.selector_.noise_seeded_
         self._set_privacy()
         return kept + noise

@@ -1,4 +1,5 @@
 """PGENet: the DPNet that trains a score network by sliced score matching."""
+import numpy as np
 import torch
 from torch.func import jvp
 
@@ -16,6 +17,13 @@ class PGENet(DPNet):
     w = sigma^2 as in NCSN unless the module says otherwise). All random draws are made in ``get_train_inputs`` and
     passed in, so the vmap clipper sees a deterministic function per example.
     ``rr_k`` / ``rr_epsilon`` switch on the paper's randomized response on v.
+
+    The draws (levels, perturbations, projections) come from the fit's fresh mechanism entropy and are
+    dropped when the fit ends. DP-SGD's guarantee holds for loss randomness the adversary cannot see:
+    each record then gets an independent draw, whatever its position in the lot. Drawn from a generator
+    kept on the net (``random_state``), they were readable from the pickled model and tied to row
+    positions: removing one record shifted the draws of every later record of the lot, so that, given
+    the draws, one record moved the clipped sum by far more than C.
     """
 
     def __init__(self, *args, sigmas=(1.0,), n_projections=1, n_classes=0, rr_k=None, rr_epsilon=None,
@@ -28,17 +36,12 @@ class PGENet(DPNet):
         self.rr_k = rr_k
         self.rr_epsilon = rr_epsilon
 
-    def initialize(self):
-        super().initialize()
-        # Noise levels, perturbations and projections of the loss: not a mechanism (DP-SGD's
-        # guarantee holds for any data-independent randomness of the loss), so random_state seeds them.
-        self.draws_ = torch_generator(self.rng_, device=self.device)
-        return self
-
     def initialize_engines(self, sigma, expected_batch_size):
         names = super().initialize_engines(sigma, expected_batch_size)
-        # The paper's randomized response is a mechanism: fresh entropy, dropped after the fit.
+        # The paper's randomized response is a mechanism, and the loss's draws are secret: fresh entropy
+        # from the fit's mechanism generator, dropped after the fit.
         self._rr_generator = torch_generator(self._lot_rng, device=self.device)
+        self._loss_rng = self._lot_rng.spawn(1)[0]
         return names
 
     def fit_loop(self, X, y=None, epochs=None, **fit_params):
@@ -46,16 +49,29 @@ class PGENet(DPNet):
             return super().fit_loop(X, y, epochs=epochs, **fit_params)
         finally:
             self.__dict__.pop("_rr_generator", None)
+            self.__dict__.pop("_loss_rng", None)
+
+    def _draws(self, B, d):
+        """Levels (indices), perturbations and projections of a lot of B rows, from the fit's secret stream.
+
+        One child stream per lot and per quantity (numpy, sequential), so the draws of the first B rows
+        of a lot are the same whatever follows them: neighbouring data sets share their draws under
+        ``insecure_noise_seed`` (tests/test_sensitivity_harness.py).
+        """
+        cs, cz, cv = self._loss_rng.spawn(1)[0].spawn(3)
+        levels = cs.integers(len(self.sigmas), size=B)
+        Z = cz.standard_normal((B, d), dtype=np.float32)
+        V = cv.standard_normal((B, self.n_projections, d), dtype=np.float32)
+        return (torch.as_tensor(levels, device=self.device), torch.from_numpy(Z).to(self.device),
+                torch.from_numpy(V).to(self.device))
 
     def get_train_inputs(self, Xi, yi):
         X = torch.as_tensor(Xi, dtype=torch.float32, device=self.device)
         B, d = X.shape
-        g = self.draws_
         Y = self._one_hot(yi, B)
         levels = torch.as_tensor(self.sigmas, dtype=torch.float32, device=self.device)
-        S = levels[torch.randint(len(levels), (B,), generator=g, device=self.device)]
-        Z = torch.randn(B, d, generator=g, device=self.device)
-        V = torch.randn(B, self.n_projections, d, generator=g, device=self.device)
+        index, Z, V = self._draws(B, d)
+        S = levels[index]
         if self.rr_k is not None:
             V = randomized_response_projections(V, self.rr_k, self.rr_epsilon, self._rr_generator)
         return X, Y, S, Z, V

@@ -17,6 +17,7 @@ from ..nn._estimator import DPSGDEstimator, fill_dp_docs
 from ..nn.net import check_device
 from ..privacy import set_privacy_attributes
 from ..utils.log import progress
+from ..utils import taps
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from .hmc import hmc_sample
@@ -289,7 +290,8 @@ class PGEGenerator(DPSGDEstimator):
         if certified and not math.isinf(self.epsilon):
             eps_counts = COUNT_SHARE * self.epsilon
             charge(self.ledger, eps_counts, 0.0, type(self).__name__ + ": class counts")
-            counts = counts + rng.laplace(scale=1.0 / eps_counts, size=counts.shape)
+            counts = taps.release("laplace:class_counts", counts, 1.0, "l1")
+            counts = counts + rng.laplace(scale=taps.noise_factor() / eps_counts, size=counts.shape)
         counts = np.maximum(counts, 0.0) + 1e-12
         self.class_prior_ = counts / counts.sum()
 

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from ..utils import taps
+
 
 def _zcdp_epsilon(rho, delta):
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
@@ -126,5 +128,6 @@ def gumbel_top_k(scores, k, eps0, sensitivity, rng):
     if math.isinf(eps0) or sensitivity == 0:
         noisy = scores
     else:
-        noisy = scores + rng.gumbel(scale=2.0 * sensitivity / eps0, size=scores.shape)
+        scores = taps.release("exponential", scores, sensitivity, "linf")  # each score moves <= sensitivity
+        noisy = scores + rng.gumbel(scale=2.0 * sensitivity / eps0, size=scores.shape) * taps.noise_factor()
     return np.argsort(-noisy, kind="stable")[:k]
