@@ -306,7 +306,10 @@ def test_property_extreme_lots_are_finite_and_remove_one_moves_at_most_C(which, 
     for i in range(n):
         keep = torch.arange(n) != i
         moved = (full - clipped_sum(model, X[keep], y[keep])).norm().item()
-        assert moved <= C * (1 + 1e-4), (i, moved)
+        # 1e-3: float32 kernels give an ill-conditioned record's gradient (a 7.8e15 pixel before a GroupNorm)
+        # differently in lots of 3 and 2; measured 1.0001 C in float32 and 0.9999997 C in float64, on the
+        # code before and after the probe of issue 23. A real leak moves it by C or more.
+        assert moved <= C * (1 + 1e-3), (i, moved)
 
 
 # ---- the fast path stays the fast path ------------------------------------------------------------

@@ -25,10 +25,12 @@ import numbers
 
 import torch
 
+from ..utils import taps
 from .functional import FunctionalClipper
-from .hooks import HookClipper, UnsupportedModelError
+from .hooks import HookClipper, UnsupportedModelError, _TooFewToProve
 from .checker import check_module
-from .validators import buffer_versions, check_buffers_unchanged, check_parameters_unchanged, parameter_versions
+from .validators import (buffer_versions, check_buffers_unchanged, check_parameters_unchanged, check_state_unchanged,
+                         module_state, parameter_versions)
 
 CLIPPINGS = ("auto", "ghost", "vmap")
 
@@ -218,22 +220,32 @@ class DPSGDEngine:
         # A forward that writes a parameter (Embedding(max_norm=...), a custom layer) or a buffer (a running
         # statistic) changes what is released from the data without noise: refused, whichever clipper
         # ran it, the hooks' first-lot probe included.
+        # ... and so is any other state a training forward leaves in the module's tree (an attribute holding
+        # the lot, a buffer rebound to a running statistic): refused before anything is released.
         params, buffers = parameter_versions(self.module), buffer_versions(self.module)
+        state = module_state(self.module)
         try:
-            # The whole lot for the hooks' first-lot probe, whatever the piece: it needs two examples.
+            # The whole lot for the hooks' first-lot probe, whatever the piece: it needs several examples.
             out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm, probe_inputs=lot)
+        except _TooFewToProve:
+            # The hooks cannot be proven on a lot of 1-2 examples yet: this lot takes the exact path, and the
+            # hooks are probed again on the next lot.
+            out = FunctionalClipper(self.module, warn=False).clipped_sum(per_example_loss, inputs, self.max_grad_norm)
         except UnsupportedModelError:
             # Raised by the hooks before any gradient is released: under "auto" switch to the exact path.
             if self.clipping != "auto" or not isinstance(self.clipper, HookClipper):
                 raise
-            check_parameters_unchanged(self.module, params)
-            check_buffers_unchanged(self.module, buffers)
+            self._check_unchanged(params, buffers, state)
             self.clipper.remove()
             self.clipper = FunctionalClipper(self.module)
             out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm)
+        self._check_unchanged(params, buffers, state)
+        return out
+
+    def _check_unchanged(self, params, buffers, state):
         check_parameters_unchanged(self.module, params)
         check_buffers_unchanged(self.module, buffers)
-        return out
+        check_state_unchanged(self.module, state)
 
     def close(self):
         """Remove the clipper's hooks from the module (call it when the fit ends)."""
@@ -290,10 +302,16 @@ class DPSGDEngine:
             losses = torch.cat(piece_losses)
         if piece_norms:
             norms = torch.cat(piece_norms)
+        if not self._baseline():
+            # The mechanism's exact input, the clipped sum (sensitivity C in L2), through the audit tap
+            # (skdp.utils.taps: the identity outside tests and audits).
+            clipped = taps.release("dpsgd", [grads.get(p, torch.zeros_like(p)) for p in self.params],
+                                   self.max_grad_norm, "l2")
+            grads = dict(zip(self.params, clipped))
         # Noise is drawn already scaled and the clipped sum added into it in place:
         # one pass of the generator and one of the addition per parameter.
         inv_lot = 1.0 / self.expected_batch_size
-        std = self.noise_multiplier * self.max_grad_norm * inv_lot
+        std = self.noise_multiplier * self.max_grad_norm * inv_lot * taps.noise_factor()
         for p in self.params:
             g = grads.get(p)
             if std > 0:

@@ -13,14 +13,26 @@ once per time step, are stacked into one when the layer's rule declares how:
 ``layers.register(..., stack=...)``; otherwise refused); (ii) dim 0 of every hooked input and output is the
 example. The hooks check (i) at construction (shared parameters, uncovered
 parameters, forward replaced on the instance) and at the forward (a layer
-called twice); (ii) on every lot (first dim == lot size) and, on the first lot
-of two examples or more, by a probe on the first half of the lot: every
-hooked first dim must follow the lot size (a time-major ``(T, B, d)`` layer
-with T == B passes the first check, not this one), and the rules' unclipped
-sums must equal autograd's gradient of the summed loss (a parameter used
-outside its layer's forward breaks this). Each failure raises
+called twice); (ii) on every lot and piece (first dim == its number of rows).
+Before the rules clip anything, a probe *proves* (i) and (ii) on the first
+lot's rows instead of trusting the module: on a deep copy of the module with
+its parameters randomised (a zero-initialised head hides a mixing layer from a
+comparison of losses), in the module's own train/eval modes (torch's exact
+Dropout classes in eval mode: per-call masks are not mixing; a subclass is not
+trusted), and at two lot sizes (no other dim of the activations can equal
+both: a time-major ``(T, B, d)`` layer shows), each example's loss and
+gradient computed *alone* (a batch of one, plain autograd) must equal what the
+rules attribute to it in the lot: its norm, and ``sum_i s_i g_i`` for random
+weights ``s`` (which pins every ``g_i``). A module that mixes examples in its
+forward (``x - x.mean(0)``) or in its backward (a custom ``autograd.Function``),
+or a parameter used outside its layer, fails it. Each failure raises
 ``UnsupportedModelError``; under ``clipping="auto"`` the engine then switches
-to the exact ``FunctionalClipper``.
+to the exact ``FunctionalClipper``, which computes every example alone.
+
+Trust model (doc/privacy.md): the curator's module code is trusted not to be
+adversarial; careless code must be caught. A module built to pass the probe
+(mixing only above 32 rows, only with an outlier, only after the first lot)
+is outside what any probe can rule out.
 
 Overflow: one float32 record of 1e20 squares to 1e40 = inf, and inf x 0 = NaN
 poisoned the whole sum. The float32 path is kept when every per-example
@@ -31,9 +43,11 @@ not finite (NaN/inf in its loss, activations or gradient) gets scale 0 with
 its rows of ``a`` and ``g`` zeroed before the contraction, so it contributes
 exactly zero rather than 0 x inf = NaN.
 """
+import copy
 import math
 
 import torch
+from torch import nn
 
 from ..exceptions import UnsupportedModelError
 from .checker import check_module
@@ -47,10 +61,31 @@ _PROBE_ROWS = 32
 
 
 def _per_call_random_layers():
-    # Layers that draw new randomness at every call and never mix examples: put in eval mode while
-    # the probe compares an example alone with the same example in the lot.
-    from ..nn.dp_modules import DPMultiheadAttention, _DPRNNBase
-    return (torch.nn.modules.dropout._DropoutNd, DPMultiheadAttention, _DPRNNBase)
+    # Layers that draw new randomness at every call and never mix examples: put in eval mode while the
+    # probe compares an example alone with the same example in the lot. Exact classes only: a subclass
+    # (a "Dropout" that centres the lot in train mode) is probed as it trains.
+    from ..nn.dp_modules import DPGRU, DPLSTM, DPMultiheadAttention, DPRNN
+    return frozenset({nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+                      nn.FeatureAlphaDropout, DPMultiheadAttention, DPLSTM, DPGRU, DPRNN})
+
+
+class _TooFewToProve(UnsupportedModelError):
+    """The first lots hold fewer than 3 examples: the probe needs two lot sizes of 2 or more."""
+
+
+def _randomised_copy(module):
+    """A deep copy of ``module`` whose parameters are moved to random values of their own scale."""
+    probe = copy.deepcopy(module)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in probe.parameters():
+            if not p.is_floating_point() or p.numel() == 0:
+                continue
+            scale = float(p.detach().double().square().mean().sqrt())
+            if not (scale > 0 and math.isfinite(scale)):
+                scale = 1.0 / math.sqrt(p.shape[-1] if p.dim() > 1 else max(p.numel(), 1))
+            p.add_(scale * torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype))
+    return probe
 
 
 def _layers_with_params(module):
@@ -157,73 +192,97 @@ class HookClipper:
                     f"(a time-major (T, B, ...) layout clips per time step). Keep the examples first in every "
                     f"layer (batch_first=True), or {_FIX}.")
 
-    def _check_examples_independent(self, per_example_loss, inputs, k):
-        """Refuse the hooks when an example's loss depends on the other examples of the lot.
-
-        The per-layer rules clip what each example's loss sends back through each layer; a module that
-        mixes the examples (``x - x.mean(0)``, a lot-wide softmax) has no parameter of its own to refuse
-        and passes every other check, yet one record then moves the clipped sum by far more than C.
-        Up to three examples are run alone and compared with their loss among the ``k >= 2`` examples
-        of the probe, in the modules' own train/eval modes (a module may mix only in train mode), except
-        the layers known to draw fresh randomness per call without mixing (dropout, skdp's DP layers):
-        those are put in eval mode for the comparison. Any other randomness reads as a mismatch and
-        sends the model to the exact vmap path, which is safe.
-        """
-        modes = [(m, m.training) for m in self.module.modules()]
-        per_call_random = _per_call_random_layers()
-        for sub in self.module.modules():
-            if isinstance(sub, per_call_random):
-                sub.eval()
+    def _verify(self, per_example_loss, inputs, m):
+        """Prove on the lot's first ``m`` rows that the rules clip each example's own gradient (module docstring)."""
+        for h in self._handles:  # a copy must not carry this clipper's hooks
+            h.remove()
         try:
-            with torch.no_grad(), _fork_rng(self.module):
-                in_lot = per_example_loss(self.module, *(t[:k] for t in inputs))
-                for i in range(min(3, k)):
-                    alone = per_example_loss(self.module, *(t[i:i + 1] for t in inputs))
-                    if not torch.allclose(alone.reshape(-1), in_lot[i:i + 1], rtol=1e-4, atol=1e-5,
-                                          equal_nan=True):
-                        raise UnsupportedModelError(
-                            f"Example {i}'s loss is {alone.reshape(-1)[0].item():.6g} alone and "
-                            f"{in_lot[i].item():.6g} in the lot: the module mixes the examples of a lot (a "
-                            f"statistic over the batch dimension), which the per-layer rules cannot clip per "
-                            f"example; {_FIX}, which computes each example's gradient alone.")
+            probe = _randomised_copy(self.module)
         finally:
-            for m, training in modes:
-                m.training = training
+            self._handles = [sub.register_forward_hook(self._hook) for _, sub, _ in self.layers]
+        per_call_random = _per_call_random_layers()
+        for sub in probe.modules():
+            if type(sub) in per_call_random:
+                sub.eval()
+        prover = HookClipper(probe)
+        try:
+            with _fork_rng(probe):
+                alone = [prover._alone(per_example_loss, inputs, i) for i in range(m)]
+                # A hostile record (1e20) has no finite float32 gradient to compare: the proof uses the others.
+                keep = [i for i, (loss, _, norm_sq) in enumerate(alone) if math.isfinite(loss) and norm_sq < 1e30]
+                if len(keep) < 3:
+                    raise _TooFewToProve(f"{len(keep)} examples of the first lot are finite enough to probe")
+                rows = tuple(t[keep] for t in inputs)
+                alone = [alone[i] for i in keep]
+                sizes = (len(keep), max(2, (len(keep) + 1) // 2) if len(keep) > 3 else 2)
+                for k in sizes:  # layouts first: a time-major layer shows at one of two lot sizes
+                    prover._check_example_dim(*prover._forward(per_example_loss, tuple(t[:k] for t in rows)), k)
+                for k in sizes:
+                    prover._prove(per_example_loss, tuple(t[:k] for t in rows), alone[:k])
+        finally:
+            prover.remove()
+        self._verified = True
 
-    def _verify(self, per_example_loss, inputs, n):
-        """Probe the lot's first rows: examples independent, first dims right, rule sums exact."""
-        self._check_examples_independent(per_example_loss, inputs, n)
-        k = n // 2
-        with _fork_rng(self.module):  # leave the training's random stream (dropout) as it was
-            losses, used = self._forward(per_example_loss, tuple(t[:k] for t in inputs))
-        self._check_example_dim(losses, used, k)
+    def _alone(self, per_example_loss, inputs, i):
+        """Example ``i`` alone (a batch of one, plain autograd): its loss, float64 gradients and squared norm."""
         params = [p for p in self.module.parameters() if p.requires_grad]
-        grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used] + params, allow_unused=True)
-        layers = self._merge_calls(used, grads[:len(used)])
-        if not layers or not torch.isfinite(losses.detach()).all():
-            return  # nothing to compare on this lot; probe the next one
-        _, pending = _apply_rules(layers, k, layers[0][4].dtype)
-        ones = losses.new_ones(k)
+        loss = per_example_loss(self.module, *(t[i:i + 1] for t in inputs)).reshape(-1)
+        if loss.numel() != 1:
+            raise ValueError(f"per_example_loss returned shape {tuple(loss.shape)} for one example; it must return "
+                             "one loss per example.")
+        grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
+        grads = {p: g.double() for p, g in zip(params, grads) if g is not None}
+        norm_sq = float(sum(g.square().sum() for g in grads.values())) if grads else 0.0
+        return float(loss.detach()), grads, norm_sq if math.isfinite(norm_sq) else math.inf
+
+    def _prove(self, per_example_loss, inputs, alone):
+        """Each example's norm and ``sum_i s_i g_i`` by the rules, in a lot of ``k``, equal to the examples alone."""
+        k = len(alone)
+        params = [(name, p) for name, p in self.module.named_parameters() if p.requires_grad]
+        losses, used = self._forward(per_example_loss, inputs)
+        grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
+        layers = self._merge_calls(used, grads)
+        in_lot = losses.detach().double().cpu()
+        for i, (loss, _, _) in enumerate(alone):
+            if not math.isclose(loss, float(in_lot[i]), rel_tol=1e-4, abs_tol=1e-5):
+                raise UnsupportedModelError(
+                    f"Example {i}'s loss is {loss:.6g} alone and {float(in_lot[i]):.6g} in a lot of {k}: the module "
+                    f"mixes the examples of a lot (a statistic over the batch dimension), which the per-layer rules "
+                    f"cannot clip per example; {_FIX}, which computes each example's gradient alone.")
+        if not layers:
+            return
+        # The rules in float64, as their wide path runs them: a 1e20 activation times a zero output gradient
+        # (a saturated tanh) is 0 there, and NaN in float32.
+        layers = [(name, sub, rule, a.double() if a.is_floating_point() else a, g.double())
+                  for name, sub, rule, a, g in layers]
+        norm_sq, pending = _apply_rules(layers, k, torch.float64)
+        ours = norm_sq.detach().cpu()
+        theirs = torch.tensor([norm for _, _, norm in alone], dtype=torch.float64)
+        tol = 1e-3 * float(theirs.max()) + 1e-12
+        if not torch.allclose(ours, theirs, rtol=2e-3, atol=tol):
+            i = int((ours - theirs).abs().argmax())
+            raise UnsupportedModelError(
+                f"In a lot of {k}, the per-layer rules give example {i} a gradient norm of {ours[i].sqrt():.4g}; "
+                f"alone its gradient has norm {theirs[i].sqrt():.4g}. The gradient an example sends back depends "
+                f"on the other examples (a module that mixes them in its forward or backward, a time-major layer, "
+                f"a parameter used outside its layer), so clipping it bounds nothing; {_FIX}.")
+        weights = 0.5 + torch.rand(k, generator=torch.Generator().manual_seed(k), dtype=torch.float64)
         mine = {}
         for clipped in pending:
-            for p, g in clipped(ones):
+            for p, g in clipped(weights.to(norm_sq.device)):
                 mine[p] = mine[p] + g if p in mine else g
-        for (name, p), ref in zip(((n_, p) for n_, p in self.module.named_parameters() if p.requires_grad),
-                                  grads[len(used):]):
+        scale = math.sqrt(float(theirs.sum())) + 1e-12
+        for name, p in params:
+            ref = sum(float(w) * g[p] for w, (_, g, _) in zip(weights, alone) if p in g)
+            ref = torch.zeros_like(p, dtype=torch.float64) if isinstance(ref, int) else ref
             got = mine.get(p)
-            if ref is None and got is None:
-                continue
-            ref = torch.zeros_like(p) if ref is None else ref
-            got = torch.zeros_like(p) if got is None else got
-            if not (torch.isfinite(ref).all() and torch.isfinite(got).all()):
-                return
-            if (got - ref).norm() > 1e-3 * ref.norm() + 1e-6:
+            got = torch.zeros_like(ref) if got is None else got.double()
+            if float((got - ref).norm()) > 2e-3 * float(ref.norm()) + 1e-6 * scale:
                 raise UnsupportedModelError(
-                    f"Parameter {name!r}: the per-layer rules account for a gradient of norm {got.norm():.4g}, "
-                    f"autograd finds {ref.norm():.4g}; it is used outside the forward of its layer (or its "
-                    f"layer's forward is not the one its rule assumes), so the hooks would not clip all of "
-                    f"its gradient; {_FIX}.")
-        self._verified = True
+                    f"Parameter {name!r}: in a lot of {k} the per-layer rules attribute a gradient of norm "
+                    f"{got.norm():.4g} to the examples (weighted), their gradients alone give {ref.norm():.4g}; it "
+                    f"is used outside the forward of its layer, or an example's gradient depends on the others, "
+                    f"so the hooks would not clip each example's own gradient; {_FIX}.")
 
     def clipped_sum(self, per_example_loss, inputs, max_grad_norm, probe_inputs=None):
         """Per-example losses, ``[(param, clipped gradient sum)]`` and per-example norms.
@@ -235,7 +294,9 @@ class HookClipper:
         n = inputs[0].shape[0]
         probe = inputs if probe_inputs is None else probe_inputs
         m = min(probe[0].shape[0], _PROBE_ROWS)
-        if not self._verified and m >= 2:
+        if not self._verified and n > 0:
+            if m < 3:
+                raise _TooFewToProve(f"a first lot of {m} examples is too small to probe the per-layer rules")
             self._verify(per_example_loss, tuple(t[:m] for t in probe), m)
         losses, used = self._forward(per_example_loss, inputs)
         self._check_example_dim(losses, used, n)

@@ -240,3 +240,74 @@ def check_buffers_unchanged(module, versions):
             "noise (and a running statistic of the lot mixes examples). Keep buffers fixed in train mode "
             "(compute statistics on public data), or replace the module (GroupNorm/LayerNorm for a norm "
             "layer). The buffers already hold this lot's update: discard the model.")
+
+
+# The torch.nn.Module attributes every module has: its registries (compared below by identity) and the
+# hook tables (skdp's own clippers register hooks, outside the forward).
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+_REGISTRIES = ("_parameters", "_buffers", "_modules")
+
+
+def _shallow(value):
+    """A cheap fingerprint of an attribute: identity and, for a tensor, its version and storage; for a
+    container, its length and its items' identities (an ``append`` of the lot counts as a change)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value), value._version, value.data_ptr() if value.layout == torch.strided else 0)
+    if isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
+        return ("value", value)
+    if isinstance(value, (list, tuple)):
+        return ("seq", id(value), len(value), tuple(id(v) for v in value))
+    if isinstance(value, dict):
+        return ("map", id(value), len(value), tuple((k, id(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return ("set", id(value), len(value))
+    return ("object", id(value))
+
+
+def module_state(module):
+    """What a forward could leave behind in ``module``'s tree: per submodule, its attributes and registries.
+
+    Parameters and buffers are compared by identity here (``p.data`` writes by the fingerprints above):
+    ``self.running_mean = 0.9 * self.running_mean + 0.1 * x.mean(0)`` rebinds a buffer to a new tensor,
+    and ``self.last_lot = x.detach()`` adds an attribute; both carry the data out of the step unnoised.
+    """
+    state = {}
+    for name, sub in module.named_modules():
+        # torch's own layers keep no data from a forward outside their buffers (checked by the fingerprints),
+        # and some rebuild private caches when their parameters are swapped (functional_call on nn.LSTM
+        # rebuilds _flat_weights): only their registries are compared. A class of the user's: everything.
+        own = type(sub).__module__.startswith("torch.")
+        attrs = {k: _shallow(v) for k, v in vars(sub).items()
+                 if k not in _MODULE_INTERNALS and not (own and k.startswith("_"))}
+        for registry in _REGISTRIES:
+            attrs[registry] = tuple((k, id(v)) for k, v in getattr(sub, registry).items())
+        attrs["training"] = ("value", sub.training)
+        state[name] = (id(sub), attrs)
+    return state
+
+
+def check_state_unchanged(module, before):
+    """Raise ``UnsupportedModuleError`` if a training forward changed the state of ``module``'s tree.
+
+    Whatever a forward stores (a new attribute, a buffer or parameter replaced, a tensor attribute written,
+    a list it appends to) is released with the model without noise. Naming what changed, with the fix.
+    """
+    now = module_state(module)
+    changes = []
+    for name in sorted(set(now) | set(before)):
+        if name not in before or name not in now or now[name][0] != before[name][0]:
+            changes.append(f"submodule {name or '<root>'!r} added, removed or replaced")
+            continue
+        a, b = before[name][1], now[name][1]
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                what = ("attribute added" if key not in a else "attribute removed" if key not in b
+                        else "registered parameters/buffers/submodules changed" if key in _REGISTRIES
+                        else "train/eval mode switched" if key == "training" else "attribute changed")
+                changes.append(f"{name or '<root>'!r}.{key} ({what})")
+    if changes:
+        raise UnsupportedModuleError(
+            "The training forward changed the module's state: " + ", ".join(changes) + ". Anything a forward "
+            "stores (a new attribute, a buffer rebound or written, a list appended to) is computed from the lot "
+            "and released with the model without noise. Keep state out of forward: compute statistics on public "
+            "data, or pass them in as constants.")

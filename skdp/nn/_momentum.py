@@ -24,7 +24,7 @@ from sklearn.utils.validation import (_check_feature_names, _check_y, check_cons
 
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
-from ..exceptions import StreamedDataError
+from ..exceptions import StreamedDataError, UnsupportedModelError, UnsupportedModuleError
 from ._data import RowSource, as_rows, chunk_rows, is_streamed
 from ._estimator import DPSGDEstimator, fill_dp_docs
 from .modules import RowRMSNormalized, module_spec
@@ -182,11 +182,19 @@ class _DPMomentum(DPSGDEstimator):
             if continuing:
                 self._set_fit_results(self.net_, read_from_data=read_from_data)
             else:
-                for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
-                    delattr(self, name)
+                self._drop_fitted()
+            raise
+        except (UnsupportedModuleError, UnsupportedModelError):
+            # Refused mid-training (state written by the forward, a parameter written in place): the network
+            # may already hold what the refused step computed from the data. It is not kept.
+            self._drop_fitted()
             raise
         self._set_fit_results(self.net_, read_from_data=read_from_data)
         return self
+
+    def _drop_fitted(self):
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+            delattr(self, name)
 
     # -- the schedule: public quantities only (see skdp.nn._defaults for the rules) -------------
     def _schedule(self, n_samples):

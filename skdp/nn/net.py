@@ -40,6 +40,7 @@ from torch.utils.data import default_collate
 from ..engine import DPSGDEngine, PoissonBatchSampler
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
+from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ._data import RowSource, _Chunks
@@ -50,6 +51,12 @@ from .init import init_parameters
 RELEASED_HISTORY_KEYS = frozenset({"epoch", "dur", "epsilon", "batches"})
 # Callback arguments that carry private data (raw lots, (X, y), unnoised losses).
 PRIVATE_CALLBACK_ARGS = frozenset({"X", "y", "batch", "dataset_train", "dataset_valid", "loss", "y_pred"})
+
+
+def _cuda_devices(device):
+    """The CUDA device indices ``torch.random.fork_rng`` must fork for a net on ``device``."""
+    dev = torch.device(device)
+    return [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
 
 
 def check_device(device) -> None:
@@ -588,6 +595,9 @@ class DPNet(NeuralNet):
         """
         epochs = self.max_epochs if epochs is None else epochs
         n_samples = get_len(X) if not isinstance(X, torch.utils.data.Dataset) else len(X)
+        # The number of records is public by assumption (it sets the sample rate and the lot size the noisy
+        # sum is divided by): the audit tap may pin it to its neighbour's (skdp.utils.taps).
+        n_samples = taps.public_count("n_samples", n_samples)
         if self.train_split is not None:
             warn_privacy("DPNet with train_split uses a split of the private data for validation "
                           "without privacy accounting.")
@@ -617,7 +627,12 @@ class DPNet(NeuralNet):
                                   label=f"{self.owner or type(self).__name__}: {n_batches * epochs} steps "
                                         f"(sigma={sigma:.4g}, q={sample_rate:.4g})",
                                   estimator=self.owner or type(self).__name__, params=self._public_params())
-            return super().fit_loop(X, y, epochs=epochs, **fit_params)
+            # Randomness the module draws from torch's global generator while training (dropout masks) comes
+            # from the fit's own fresh entropy, not from a seed the user may have set: the global state is
+            # forked and left as it was found.
+            with torch.random.fork_rng(devices=_cuda_devices(self.device)):
+                torch.manual_seed(int(self._lot_rng.integers(2 ** 63 - 1)))
+                return super().fit_loop(X, y, epochs=epochs, **fit_params)
         finally:
             for name in engines:
                 getattr(self, name).close()
