@@ -9,13 +9,14 @@ import numbers
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .imaging.layout import as_images, normalize_image_shape, restore_layout
 from .imaging.resample import resample, resample_torch
 
-__all__ = ["Downsample", "Upsample", "CenterNormalize", "ScatteringTransform"]
+__all__ = ["Downsample", "Upsample", "CenterNormalize", "ScatteringTransform", "RowFunctionTransformer"]
 
 
 class _Resampler(TransformerMixin, BaseEstimator):
@@ -312,4 +313,93 @@ class CenterNormalize(TransformerMixin, BaseEstimator):
         """
         z = x if self.center is None else x - torch.as_tensor(np.ravel(self.center), dtype=x.dtype, device=x.device)
         return z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
+class RowFunctionTransformer(FunctionTransformer):
+    """A ``FunctionTransformer`` that applies ``func`` to each row alone: row-wise by construction.
+
+    scikit-learn's ``FunctionTransformer`` hands ``func`` the whole array, so
+    ``func`` may use the other rows (``sklearn.preprocessing.scale``
+    standardises each call's columns by their own mean): before a DP estimator
+    that is a release of the private data without noise, and a Pipeline holding
+    one is not certified. This transformer calls ``func`` on one row at a time
+    (``X[i:i + 1]``) and stacks the results, so whatever ``func`` does, a row's
+    output depends on that row and the public parameters alone: it costs no
+    privacy and a certified Pipeline may hold it. Slower than the vectorised
+    call (one Python call per row); use it for cheap maps.
+
+    Parameters
+    ----------
+    func : callable or None, default=None
+        Applied to each row, as a 2-D array (or DataFrame) of one row; it must
+        return one row. None: the identity.
+    inverse_func : callable or None, default=None
+        Applied to each row by ``inverse_transform``.
+    validate : bool, default=False
+        Check ``X`` (numeric, 2-D) before ``func``, as ``FunctionTransformer`` does.
+    accept_sparse : bool, default=False
+        Let ``validate`` accept sparse input.
+    check_inverse : bool, default=True
+        Check in ``fit`` that ``inverse_func`` undoes ``func`` on a few rows.
+    feature_names_out : callable, "one-to-one" or None, default=None
+        As for ``FunctionTransformer``.
+    kw_args : dict or None, default=None
+        Keyword arguments of ``func``.
+    inv_kw_args : dict or None, default=None
+        Keyword arguments of ``inverse_func``.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Number of features seen in ``fit`` (only the shape is read).
+    feature_names_in_ : ndarray of str
+        Names of the features seen in ``fit``, when ``X`` has string column names.
+
+    See Also
+    --------
+    sklearn.preprocessing.FunctionTransformer : The vectorised transformer it restricts.
+    skdp.privacy.non_private_steps : Which steps keep a Pipeline from being certified.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.preprocessing import scale
+    >>> from skdp.preprocessing import RowFunctionTransformer
+    >>> X = np.array([[1.0, 3.0], [5.0, 7.0]])
+    >>> RowFunctionTransformer(np.log1p).fit_transform(X).round(3)
+    array([[0.693, 1.386],
+           [1.792, 2.079]])
+    >>> RowFunctionTransformer(scale).fit_transform(X)  # each row alone: scale() sees one row
+    array([[0., 0.],
+           [0., 0.]])
+    """
+
+    def _transform(self, X, func=None, kw_args=None):
+        if func is None:
+            return X
+        n = X.shape[0]
+        rows = [func(X.iloc[i:i + 1] if hasattr(X, "iloc") else X[i:i + 1], **(kw_args or {})) for i in range(n)]
+        if n == 0:
+            return func(X, **(kw_args or {}))
+        if hasattr(rows[0], "iloc"):
+            import pandas as pd
+
+            return pd.concat(rows)
+        if hasattr(rows[0], "tocsr"):
+            import scipy.sparse as sp
+
+            return sp.vstack(rows).tocsr()
+        return np.concatenate([np.asarray(r).reshape(1, -1) if np.ndim(r) < 2 else np.asarray(r) for r in rows])
+
+
 from .imaging.scattering import ScatteringTransform  # noqa: E402,F401  (re-exported: the transformers' home)
+
+
+def _register_public_steps():
+    # Row-wise by construction and fitted on nothing private: a certified Pipeline may hold them
+    # (skdp.privacy.public_steps; exact classes only).
+    from .privacy.public_steps import register_public_step
+
+    for cls in (Downsample, Upsample, CenterNormalize, ScatteringTransform, RowFunctionTransformer):
+        register_public_step(cls)
+
+
+_register_public_steps()

@@ -20,6 +20,7 @@ from skorch.callbacks import Callback, EarlyStopping
 from skdp import (BudgetLedger, DFSRelease, DPFisherClassifier, DPFisherSelector, DPMomentumClassifier,
                   PGEGenerator, PrivacyLeakWarning, SRGANTransformer, TrainOnSynthetic, TTestSelector,
                   insecure_noise_seed, privacy_spent, search_privacy_cost)
+from skdp.preprocessing import RowFunctionTransformer
 
 X, Y = make_blobs(n_samples=40, n_features=4, centers=2, random_state=0)
 XS = X / 10.0
@@ -238,7 +239,7 @@ def test_privacy_spent_does_not_count_a_frozen_step_fitted_elsewhere():
     sr = SRGANTransformer(2, n_residual_blocks=1, n_filters=4, discriminator_filters=2, pretrain_epochs=1,
                           gan_epochs=0, batch_size=2).fit(IMAGES)  # public: epsilon_ = inf, not certified
     low = IMAGES[:, :, ::2, ::2].reshape(4, -1)
-    pipe = make_pipeline(FrozenEstimator(sr), FunctionTransformer(lambda Z: Z.reshape(len(Z), -1)),
+    pipe = make_pipeline(FrozenEstimator(sr), RowFunctionTransformer(lambda Z: Z.reshape(len(Z), -1)),
                          DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1])).fit(low, [0, 1, 0, 1])
     assert privacy_spent(pipe) == (1.0, 1e-5, True)
 

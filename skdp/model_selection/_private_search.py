@@ -50,6 +50,7 @@ release (a fit's duration grows with the secret ``K``).
 """
 import math
 import numbers
+import zlib
 
 import numpy as np
 from joblib import Parallel, delayed
@@ -59,14 +60,16 @@ from sklearn.model_selection import ParameterGrid, ParameterSampler
 from sklearn.utils import indexable
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import _num_samples, check_consistent_length, check_is_fitted
 
 from ..exceptions import warn_privacy
 from ..privacy.accounting import RDP_ORDERS
 from ..privacy.ledger import charge
 from ..privacy.report import dp_steps, set_privacy_attributes
+from ..utils import taps
 from ..utils.random import make_rng, mechanism_rng
-from ..utils.validation import warn_if_delta_too_large
+from ..utils.steps import nested_estimators
+from ..utils.validation import encode_labels, warn_if_delta_too_large
 from . import _tuning
 
 # Parameters the search sets on every trial: a grid may not contain them.
@@ -78,8 +81,8 @@ PLAN_PARAMETERS = ("batch_size", "max_epochs")
 _FAST_ORDERS = tuple(o for o in RDP_ORDERS if o <= 256 and (float(o).is_integer() or o in (1.3, 1.5, 1.7, 2.5, 3.5)))
 # Trials whose noise would have to exceed this do not learn: the budget is refused instead.
 MAX_NOISE_MULTIPLIER = 100.0
-# Steps that keep no state learnt from the data: safe in a Pipeline before the DP step.
-_STATELESS = ("FunctionTransformer",)
+# Candidates inspected before the charge, at most (the grid of a space's lists).
+MAX_INSPECTED = 2000
 
 
 def _sgm_rdp(sigma, q, n_steps, orders):
@@ -98,9 +101,44 @@ def _estimator_has(attr):
 
 
 def _fit_trial(estimator, X_train, y_train, X_val, y_val):
-    """One trial: fit (DP-SGD inside), count correct validation predictions (noised by the caller)."""
+    """One trial: fit (DP-SGD inside), count correct validation predictions (noised by the caller).
+
+    The count is the score's mechanism input, of sensitivity 1 under add/remove: that holds only if each
+    validation record's prediction depends on that record alone. A batched ``predict`` would trust the
+    model to be row-wise (a module or transformer that centres its batch moved the count by 32-48 for
+    one record), so each row is predicted alone, and the fitted model must not change while it predicts
+    (a prediction that stores something would carry one row into the next).
+    """
+    from joblib import hash as fingerprint
+
     estimator.fit(X_train, y_train)
-    return estimator, int(np.sum(np.asarray(estimator.predict(X_val)) == np.asarray(y_val)))
+    _eval_mode(estimator)  # predict switches torch modules to eval mode: not a change of what was learnt
+    before = fingerprint(estimator)
+    y_val = np.asarray(y_val)
+    correct = sum(int(np.asarray(estimator.predict(_index(X_val, [i])))[0] == y_val[i]) for i in range(len(y_val)))
+    if fingerprint(estimator) != before:
+        raise RuntimeError(f"{type(estimator).__name__} changed its fitted state while predicting the validation "
+                           "records: a prediction would depend on the records predicted before it, so the "
+                           "noisy score would not be private. Nothing is released.")
+    return estimator, correct
+
+
+def _eval_mode(obj, seen=None, depth=0):
+    """Put every torch module reachable from ``obj``'s attributes in eval mode (as prediction does)."""
+    import torch
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 6:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.nn.Module):
+        obj.eval()
+        return
+    values = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple))
+              else vars(obj).values() if hasattr(obj, "__dict__") and not isinstance(obj, type) else ())
+    for value in values:
+        if not isinstance(value, (str, bytes, int, float, np.ndarray)):
+            _eval_mode(value, seen, depth + 1)
 
 
 class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
@@ -269,10 +307,6 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    # Test-only hook for the audit's twin: trials train and score WITHOUT noise while the search
-    # still claims its epsilon. Never set it outside tests (a subclass in tests/test_private_search.py).
-    _noise_off_for_audit = False
-
     def __init__(self, estimator, param_grid=None, param_distributions=None, *, epsilon, delta=1e-5,
                  n_trials_mean=10.0, distribution="truncated_negative_binomial", eta=0.0,
                  validation_fraction=0.2, score_noise="auto", scoring=None, refit=True,
@@ -315,6 +349,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                 raise ValueError(f"param_grid / param_distributions must be dicts or a list of dicts, got {part!r}.")
             for key, values in part.items():
                 name = key.rsplit("__", 1)[-1]
+                if name == "ledger":
+                    raise ValueError(
+                        f"The search space contains {key!r}: a ledger is charged once, with the search's total, "
+                        "before any trial runs; it cannot be searched. Give it as PrivateSearchCV(ledger=...).")
                 if name in SET_BY_SEARCH:
                     raise ValueError(
                         f"The search space contains {key!r}: {'/'.join(SET_BY_SEARCH)} are set by PrivateSearchCV "
@@ -362,39 +400,110 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                 return step, key + "__"
         raise ValueError(f"Could not find {type(step).__name__} among the parameters of {type(template).__name__}.")
 
-    def _learning_steps(self, template, dp_step):
-        """Names of Pipeline steps that learn from the data without DP (not covered)."""
-        if not hasattr(template, "steps"):
-            return []
-        leaky = []
-        for name, step in template.steps:
-            if step is dp_step or step in (None, "passthrough"):
-                continue
-            if type(step).__name__ in ("FrozenEstimator",) + _STATELESS:
-                continue
-            if "epsilon" not in step.get_params(deep=False):
-                leaky.append(name)
-        return leaky
+    def _candidate(self, template, params):
+        """A fresh trial for ``params``: ``clone(template)`` with the values cloned too (never the user's objects)."""
+        return clone(template).set_params(**clone(params, safe=False))
+
+    def _inspected(self, candidates, space):
+        """Every candidate the search can draw that can be known before it runs, as parameter dicts.
+
+        A grid: all of them. Distributions: the grid of their lists (estimator objects and plan parameters
+        are lists); values drawn from a distribution are inspected again when drawn.
+        """
+        if candidates is not None:
+            return candidates
+        lists = [{k: v for k, v in part.items() if not hasattr(v, "rvs")} for part in space]
+        grid = ParameterGrid(lists)
+        if len(grid) > MAX_INSPECTED:
+            raise ValueError(f"param_distributions holds {len(grid)} combinations of list values; PrivateSearchCV "
+                             f"inspects every one before the charge (at most {MAX_INSPECTED}). Use fewer list "
+                             "values or a distribution for the numeric ones.")
+        return list(grid)
+
+    def _inspect(self, template, params):
+        """``(trial, step, prefix, leaks, notes)`` of one candidate: validated, its DP step, what it leaks.
+
+        Everything here reads parameters only, and runs for every candidate before the budget is charged:
+        a candidate that cannot fit (``lr=-1``) is refused before it costs anything, and a candidate with a
+        learning step (``{"pre": [StandardScaler()]}``) is found whether or not a trial would draw it.
+        """
+        from ..privacy.public_steps import non_private_steps
+
+        trial = self._candidate(template, params)
+        for est in nested_estimators(trial):
+            if hasattr(est, "_validate_params"):
+                est._validate_params()  # InvalidParameterError (a ValueError) names the parameter
+        step, prefix = self._find_dp_step(trial)
+        if step is not None and hasattr(step, "_check_net_kwargs"):
+            step._check_net_kwargs()
+        leaks = [message for path, message in non_private_steps(trial) if step is None or path + "__" != prefix]
+        notes = []
+        if step is not None and "classes" in step.get_params(deep=False) and step.get_params()["classes"] is None:
+            notes.append("classes")
+        return trial, step, prefix, leaks, notes
+
+    def _check_data(self, X, y):
+        """Refuse, before the charge, data the trials could not train on."""
+        import torch
+
+        owner = type(self).__name__
+        if isinstance(X, torch.utils.data.Dataset):
+            raise ValueError(f"{owner} needs X and y as arrays: it sends each record to training or validation "
+                             "by a coin, which a torch Dataset does not allow. Pass arrays (or a memmap) and y.")
+        if y is None:
+            raise ValueError(f"{owner} requires y to be passed, but the target y is None.")
+        X, y = indexable(X, y)
+        check_consistent_length(X, y)
+        if not hasattr(X, "iloc"):
+            values = np.asarray(X)
+            if values.dtype.kind in "fiub" and not np.all(np.isfinite(values)):
+                raise ValueError(f"Input X contains NaN or infinity; {owner} refuses it before charging the "
+                                 "budget. Impute or drop those records first.")
+        if np.asarray(y).ndim != 1:
+            raise ValueError(f"y must be one label per record (1-D), got shape {np.asarray(y).shape}.")
+        return X, y
+
+    def _ledger(self, steps):
+        """The one ledger the search charges: its own, or the one set on the DP step; never two."""
+        found = {id(s.ledger): s.ledger for s in steps if getattr(s, "ledger", None) is not None}
+        if self.ledger is not None:
+            found.pop(id(self.ledger), None)
+            if found:
+                raise ValueError(
+                    "The estimator has a ledger and PrivateSearchCV has another: the search charges one ledger, "
+                    "once, with its total. Set the ledger on PrivateSearchCV(ledger=...) only.")
+            return self.ledger
+        if len(found) > 1:
+            raise ValueError("The candidates hold different ledgers; the search charges one, once, with its total. "
+                             "Set it on PrivateSearchCV(ledger=...) instead.")
+        return next(iter(found.values()), None)
+
+    @staticmethod
+    def _trial_seed(base, params):
+        """An initialisation seed for a trial, from ``random_state`` and the candidate alone.
+
+        Never from the trial's position: the released winner's ``random_state`` would then tell how many
+        trials ran before it, a lower bound on the secret number of trials ``K``.
+        """
+        key = repr(sorted((str(k), repr(v)) for k, v in params.items())).encode()
+        return int(np.random.SeedSequence([base, zlib.crc32(key)]).generate_state(1)[0] % (2 ** 31 - 1))
 
     # -- the privacy plan ------------------------------------------------------------------------
-    def _plans(self, template, step, prefix, candidates, space, n_train):
-        """``{(batch_size, max_epochs): (sample_rate, n_steps)}`` of every candidate a trial can draw."""
-        if candidates is None:  # distributions: the plan keys are lists, so their grid is every plan
-            candidates = list(ParameterGrid([{k: v for k, v in part.items()
-                                              if k.rsplit("__", 1)[-1] in PLAN_PARAMETERS} for part in space]))
-        plans = {}
-        for params in candidates:
-            trial = clone(template).set_params(**params)
-            s = trial if not prefix else trial.get_params(deep=True)[prefix[:-2]]
-            batch_size, epochs, _, extra = s._plan(n_train)
-            if extra:
-                raise ValueError(f"{type(s).__name__} spends privacy outside DP-SGD; PrivateSearchCV cannot "
-                                 "account for it.")
-            batch_size = n_train if batch_size == -1 else int(batch_size)
-            q = min(1.0, batch_size / n_train)
-            n_steps = max(1, int(round(n_train / batch_size))) * int(epochs)
-            plans[(batch_size, int(epochs))] = (q, n_steps)
-        return plans
+    @staticmethod
+    def _plan_key(step, n_train):
+        """``((batch_size, max_epochs), (sample_rate, n_steps))`` of a DP step's trial on ``n_train`` records."""
+        batch_size, epochs, _, extra = step._plan(n_train)
+        if extra:
+            raise ValueError(f"{type(step).__name__} spends privacy outside DP-SGD; PrivateSearchCV cannot "
+                             "account for it.")
+        batch_size = n_train if batch_size == -1 else int(batch_size)
+        q = min(1.0, batch_size / n_train)
+        n_steps = max(1, int(round(n_train / batch_size))) * int(epochs)
+        return (batch_size, int(epochs)), (q, n_steps)
+
+    def _plans(self, steps, n_train):
+        """``{(batch_size, max_epochs): (sample_rate, n_steps)}`` of every inspected candidate's DP step."""
+        return dict(self._plan_key(s, n_train) for s in steps)
 
     def _law(self):
         if self.distribution == "poisson":
@@ -491,89 +600,103 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                              f"{type(self.estimator).__name__}.")
         candidates, space = self._check_search_space()
         template = clone(self.estimator)
-        step, prefix = self._find_dp_step(template)
-        X, y = indexable(X, y)
+        X, y = self._check_data(X, y)
         n = _num_samples(X)
-        read_from_data, notes = [], []
-        if step is not None and "classes" in step.get_params(deep=False) and step.get_params()["classes"] is None:
-            warn_privacy(f"PrivateSearchCV: {type(step).__name__}(classes=None) reads the label set from the "
-                         "private y and releases it in classes_; give classes=[...] from public knowledge.")
-            read_from_data.append("classes")
-        leaky = self._learning_steps(template, step)
-        if leaky:
-            warn_privacy(f"PrivateSearchCV: Pipeline step(s) {leaky} learn from the private data without DP; "
-                         "what they learn is released with the model and not covered.")
-            notes.append(f"Pipeline step(s) {leaky} learn from the data without DP")
 
-        # 1. The split: an independent coin per record, of public probability, from fresh entropy (the
-        #    mechanism's randomness from here on: coins, K, candidates and score noise; never stored).
-        rng = mechanism_rng(self)
-        in_val = rng.random(n) < self.validation_fraction
+        # 1. Every candidate that can be known in advance, inspected before any charge: its parameters
+        #    validated, its DP step found, its learning steps and label set noted. The released model's
+        #    certification is the conjunction over all of them (not only over the trials that ran: which
+        #    ran depends on the secret K).
+        inspected = [self._inspect(template, params) for params in self._inspected(candidates, space)]
+        steps = [step for _, step, _, _, _ in inspected if step is not None]
+        leaks = sorted({message for *_, found, _ in inspected for message in found})
+        read_from_data = ["classes"] if any("classes" in notes for *_, notes in inspected) else []
+        notes = []
+        if leaks:
+            warn_privacy("PrivateSearchCV: " + "; ".join(leaks) + ".")
+            notes.append("a candidate's Pipeline learns from the data without DP: " + "; ".join(leaks))
+        if read_from_data:
+            warn_privacy("PrivateSearchCV: a candidate has classes=None: it reads the label set from the private y "
+                         "and releases it in classes_; give classes=[...] from public knowledge.")
+        for classes in {repr(s.classes): s.classes for s in steps if getattr(s, "classes", None) is not None}.values():
+            encode_labels(classes, y, type(self).__name__)  # labels outside the public set: refused here
+        ledger = self._ledger(steps)
+        public = not steps
+        if public and not self.public_estimator:
+            self._find_dp_step(template)  # raises: no DP step and not declared public
+
+        # 2. The split: an independent coin per record, of public probability, from fresh entropy (the
+        #    mechanism's randomness from here on: coins, K, candidates and score noise; never stored). Each
+        #    use draws from its own child stream, so that the coins of n records are the first n coins of
+        #    n + 1 (neighbouring data sets share their draws: tests/test_sensitivity_harness.py).
+        coin_rng, trial_rng, score_rng = mechanism_rng(self).spawn(3)
+        in_val = coin_rng.random(n) < self.validation_fraction
         train_idx, val_idx = np.flatnonzero(~in_val), np.flatnonzero(in_val)
         if len(train_idx) < 2 or len(val_idx) < 1:
             raise ValueError(f"validation_fraction={self.validation_fraction:g} leaves {len(train_idx)} training "
                              f"and {len(val_idx)} validation records of {n}; use more data or another fraction.")
-        n_train = len(train_idx)
+        # Split sizes are public by assumption (as the number of records): the audit tap may pin them.
+        n_train, n_val = taps.public_count("n_train", len(train_idx)), taps.public_count("n_val", len(val_idx))
         warn_if_delta_too_large(self.delta, n, type(self).__name__)
 
-        # 2. The privacy plan and the calibration (public quantities only).
+        # 3. The privacy plan and the calibration (public quantities only).
         if self.distribution != "poisson" and not self.n_trials_mean > 1:
             raise ValueError(f"n_trials_mean={self.n_trials_mean!r}: the truncated negative binomial has E[K] > 1; "
                              "use a larger mean or distribution='poisson'.")
         law = self._law()
-        if step is None:  # declared public: nothing to calibrate, nothing certified
-            sigmas, score_noise, epsilon, order, trial_eps = None, 0.0, math.inf, None, math.inf
+        if public:  # declared public: nothing to calibrate, nothing certified
+            plans, sigmas, score_noise, epsilon, order, trial_eps = {}, None, 0.0, math.inf, None, math.inf
             notes.append("the estimator is not differentially private (public_estimator=True)")
         else:
-            plans = self._plans(template, step, prefix, candidates, space, n_train)
+            plans = self._plans(steps, n_train)
             sigmas, score_noise, epsilon, order, trial_eps = self._calibrate(plans, law)
         self.trial_epsilon_ = float(trial_eps)
         self.score_noise_ = float(score_noise)
         self.budget_split_ = {
             "trial_epsilon": float(trial_eps), "noise_multipliers": sigmas, "score_noise": float(score_noise),
             "distribution": self.distribution, "n_trials_mean": float(self.n_trials_mean), **law,
-            "rdp_order": order, "n_train": n_train, "n_validation": len(val_idx)}
+            "rdp_order": order, "n_train": n_train, "n_validation": n_val}
 
-        # 3. Charge the ledger once, with the total, before any training.
-        charge(self.ledger, epsilon, 0.0 if math.isinf(epsilon) else float(self.delta), type(self).__name__)
+        # 4. Charge the ledger once, with the total, after every check and before any training.
+        charge(ledger, epsilon, 0.0 if math.isinf(epsilon) else float(self.delta), type(self).__name__)
 
-        # 4. The secret number of trials and their candidates: mechanism randomness.
+        # 5. The secret number of trials and their candidates: mechanism randomness.
         if self.distribution == "poisson":
-            k = int(rng.poisson(self.n_trials_mean))
+            k = int(trial_rng.poisson(self.n_trials_mean))
             if k == 0:
                 raise RuntimeError(
                     "The Poisson draw gave K = 0 trials: by Theorem 6 the search releases nothing this time "
                     f"(probability exp(-{self.n_trials_mean:g})); the budget is spent. Fit again (charged again) "
                     "or use the truncated negative binomial (K >= 1).")
         else:
-            k = _tuning.sample_tnb(law["eta"], law["gamma"], rng)
+            k = _tuning.sample_tnb(law["eta"], law["gamma"], trial_rng)
         chosen = []
         for _ in range(k):
             if candidates is not None:
-                index = int(rng.integers(len(candidates)))
+                index = int(trial_rng.integers(len(candidates)))
                 chosen.append((index, candidates[index]))
             else:
-                seed = int(rng.integers(2 ** 31 - 1))
+                seed = int(trial_rng.integers(2 ** 31 - 1))
                 chosen.append((None, next(iter(ParameterSampler(space, 1, random_state=seed)))))
 
         X_train, y_train = _index(X, train_idx), _index(y, train_idx)
         X_val, y_val = _index(X, val_idx), _index(y, val_idx)
-        noise_off = type(self)._noise_off_for_audit
         trials, planned = [], []
-        init_rng = make_rng(self.random_state)  # initialisation only (not mechanism randomness)
+        base_seed = int(make_rng(self.random_state).integers(2 ** 31 - 1))  # initialisation only
         for _, params in chosen:
-            trial = clone(template).set_params(**params)
-            init_seed = int(init_rng.integers(2 ** 31 - 1))
-            if step is not None:
-                s = trial if not prefix else trial.get_params(deep=True)[prefix[:-2]]
+            trial = self._candidate(template, params)
+            if not public:
+                trial, s, prefix, found, _ = self._inspect(template, params)
+                key, plan = self._plan_key(s, n_train) if s is not None else (None, None)
+                if s is None or key not in plans or set(found) - set(leaks):
+                    raise RuntimeError(  # a value drawn from a distribution changed the plan or the steps
+                        f"The drawn candidate {params!r} was not among those inspected and priced before the "
+                        "charge (a distribution produced an estimator or a plan of its own); nothing is released. "
+                        "Give such values as lists.")
                 if "random_state" in s.get_params(deep=False) and s.random_state is None:
-                    s.set_params(random_state=init_seed)
-                batch_size, epochs, *_ = s._plan(n_train)
-                key = (n_train if batch_size == -1 else int(batch_size), int(epochs))
-                sigma = 0.0 if noise_off else sigmas[key]
-                planned.append((sigma, *plans[key]))
-                forced = {"epsilon": math.inf if noise_off else self.trial_epsilon_, "noise_multiplier": sigma,
-                          "delta": float(self.delta)}
+                    s.set_params(random_state=self._trial_seed(base_seed, params))
+                planned.append((sigmas[key], *plan))
+                forced = {"epsilon": self.trial_epsilon_, "noise_multiplier": sigmas[key], "delta": float(self.delta)}
                 if "ledger" in s.get_params(deep=False):
                     forced["ledger"] = None  # the search charged the total; trials must not charge again
                 s.set_params(**forced)
@@ -584,21 +707,23 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         results = Parallel(n_jobs=self.n_jobs, return_as="generator")(
             delayed(_fit_trial)(trial, X_train, y_train, X_val, y_val) for trial in trials)
 
-        # 5. Keep only the best (model, noisy score); everything else is discarded.
+        # 6. Keep only the best (model, noisy score); everything else is discarded.
         best, curator = None, []
-        scale = 0.0 if noise_off else self.score_noise_
         for i, ((index, params), (fitted, correct)) in enumerate(zip(chosen, results)):
-            if step is not None and not noise_off:
-                self._check_trial_plan(fitted, prefix, planned[i])
-            noisy = correct + (rng.normal(0.0, scale) if scale > 0 else 0.0)
+            if not public:
+                self._check_trial_plan(fitted, self._find_dp_step(fitted)[1], planned[i])
+            # The score's mechanism: the count (sensitivity 1 under add/remove) plus Gaussian noise.
+            count = taps.release("gaussian:score", float(correct), 1.0, "l1")
+            noisy = count + score_rng.normal(0.0, self.score_noise_ * taps.noise_factor()) if self.score_noise_ > 0 \
+                else count
             if self.return_curator_results:
-                curator.append({"params": params, "validation_accuracy": correct / len(val_idx),
-                                "noisy_score": noisy / len(val_idx)})
+                curator.append({"params": params, "validation_accuracy": correct / n_val,
+                                "noisy_score": noisy / n_val})
             if best is None or noisy > best[0]:
                 best = (noisy, index, params, fitted)
         del results, trials
         noisy, self.best_index_, self.best_params_, fitted = best
-        self.best_score_ = float(noisy / len(val_idx))
+        self.best_score_ = float(noisy / n_val)
         if self.refit:
             self.best_estimator_ = fitted
         else:
@@ -606,10 +731,13 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             self._classes = getattr(fitted, "classes_", None)
         if self.return_curator_results:
             self.curator_results_ = {"trials": curator, "n_trials": k}
-        set_privacy_attributes(self, epsilon, self.delta, certified=notes[0] if notes else True,
+        # The winner's own report too (e.g. noise seeded): its notes become the search's.
+        winner = self._find_dp_step(fitted)[0]
+        own = ("classes read", "noise seeded", "noise removed")  # the search reports these itself
+        notes += [note for note in getattr(winner, "privacy_notes_", ())
+                  if note not in notes and not note.startswith(own)]
+        set_privacy_attributes(self, epsilon, self.delta, certified="; ".join(notes) if notes else True,
                                read_from_data=read_from_data)
-        if len(notes) > 1:
-            self.privacy_notes_ = self.privacy_notes_ + tuple(notes[1:])
         return self
 
     @staticmethod

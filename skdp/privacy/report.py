@@ -14,6 +14,8 @@ After ``fit`` every skdp estimator that touches private data reports
 import math
 from typing import Iterable
 
+from ..exceptions import warn_privacy
+from ..utils import taps
 from ..utils.steps import nested_estimators
 
 
@@ -28,7 +30,8 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
     voids the guarantee: the mechanism is certified, ``epsilon`` is finite,
     nothing privacy-relevant was read from the private data for free, and
     the noise was not seeded by :func:`~skdp.insecure_noise_seed` (read from
-    the estimator's ``noise_seeded_``). An infinite ``epsilon`` sets
+    the estimator's ``noise_seeded_``) nor removed by an audit tap
+    (:mod:`skdp.utils.taps`, audits' noise-off twins). An infinite ``epsilon`` sets
     ``delta_`` to 0.
 
     Parameters
@@ -70,6 +73,8 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         notes.append("no noise (epsilon is infinite)")
     if getattr(estimator, "noise_seeded_", False):
         notes.append("noise seeded by insecure_noise_seed")
+    if taps.noise_removed():
+        notes.append("noise removed by an audit tap (not private)")
     estimator.epsilon_ = epsilon
     estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
     estimator.privacy_certified_ = not notes
@@ -78,18 +83,27 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
 
 
 def privacy_spent(estimator) -> tuple[float, float, bool]:
-    """``(epsilon, delta, certified)`` of a fitted estimator or Pipeline, by basic composition.
+    """``(epsilon, delta, certified)`` of a fitted estimator or composition, by basic composition.
 
-    Sums ``epsilon_`` and ``delta_`` over the Pipeline's steps, nested
-    Pipelines included (FrozenEstimator steps were fitted elsewhere and are
-    counted where they were fitted: not here); the total delta is capped at 1.
+    Sums ``epsilon_`` and ``delta_`` over the steps that spend privacy, in
+    Pipelines, ``ColumnTransformer`` and ``FeatureUnion`` to any depth
+    (FrozenEstimator steps were fitted elsewhere and are counted where they
+    were fitted: not here); the total delta is capped at 1. A fitted
+    ``GridSearchCV`` counts every fit it made (:func:`search_privacy_cost`).
+
     The result is certified only if every step that spent is certified
-    (``privacy_certified_``). Steps without ``epsilon_`` spend nothing: they
-    are assumed not to learn from the private data.
+    (``privacy_certified_``) **and no other step learnt from the private
+    data**: a step without ``epsilon_`` is allowed only when it is known to be
+    row-wise and public (a constant ``SimpleImputer``,
+    ``OneHotEncoder(categories=[...])``, ``RowFunctionTransformer``; see
+    :func:`~skdp.privacy.public_steps.register_public_step`). Any other step
+    (``StandardScaler``, ``OneHotEncoder()``, a ``FunctionTransformer``, the
+    choice of a ``GridSearchCV``) makes the result uncertified and warns with
+    ``PrivacyLeakWarning``, naming the step and its fix.
 
     Parameters
     ----------
-    estimator : fitted estimator or Pipeline
+    estimator : fitted estimator or composition
         The fitted model to report on.
 
     Returns
@@ -99,7 +113,13 @@ def privacy_spent(estimator) -> tuple[float, float, bool]:
     delta : float
         Total delta, at most 1.
     certified : bool
-        Whether every step that spent certifies its (``epsilon_``, ``delta_``).
+        Whether every step that spent certifies its (``epsilon_``,
+        ``delta_``) and no step learnt from the data without DP.
+
+    Warns
+    -----
+    PrivacyLeakWarning
+        When a step learnt from the private data without DP.
 
     See Also
     --------
@@ -110,31 +130,44 @@ def privacy_spent(estimator) -> tuple[float, float, bool]:
     Examples
     --------
     >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn.preprocessing import FunctionTransformer
+    >>> from sklearn.impute import SimpleImputer
     >>> from skdp import DPFisherClassifier
     >>> from skdp.privacy import privacy_spent
-    >>> pipe = make_pipeline(FunctionTransformer(), DPFisherClassifier(epsilon=1.0, bounds=(0, 1),
-    ...                                                                 classes=[0, 1]))
+    >>> pipe = make_pipeline(SimpleImputer(strategy="constant", fill_value=0.5),
+    ...                      DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1]))
     >>> eps, delta, certified = privacy_spent(pipe.fit([[0.1], [0.9], [0.2], [0.8]], [0, 1, 0, 1]))
     >>> eps, certified
     (1.0, True)
     """
+    from .public_steps import non_private_steps
+
     if type(estimator).__name__ == "FrozenEstimator":
         return 0.0, 0.0, True
+    leaks = non_private_steps(estimator)
+    if leaks:
+        warn_privacy("The composition is NOT certified: " + "; ".join(message for _, message in leaks) + ".")
+    eps, delta, certified = _spent(estimator)
+    return eps, min(delta, 1.0), certified and not leaks
+
+
+def _spent(estimator):
+    """``(epsilon, delta, certified)`` summed over the steps of a composition that spend privacy."""
+    from .public_steps import _children, is_fitted_search
+
+    if estimator is None or isinstance(estimator, str) or type(estimator).__name__ == "FrozenEstimator":
+        return 0.0, 0.0, True  # a frozen step was fitted (and spent) elsewhere; the composition only applies it
+    if hasattr(estimator, "epsilon_"):
+        return estimator.epsilon_, estimator.delta_, getattr(estimator, "privacy_certified_", False)
+    if is_fitted_search(estimator):
+        from .search import search_privacy_cost
+
+        return (*search_privacy_cost(estimator), False)
     eps = delta = 0.0
     certified = True
-    steps = [s for _, s in estimator.steps] if hasattr(estimator, "steps") else [estimator]
-    for step in steps:
-        if step in (None, "passthrough") or type(step).__name__ == "FrozenEstimator":
-            continue  # a frozen step was fitted (and spent) elsewhere; the Pipeline only applies it
-        if step is not estimator and hasattr(step, "steps"):
-            e, d, c = privacy_spent(step)
-        elif hasattr(step, "epsilon_"):
-            e, d, c = step.epsilon_, step.delta_, getattr(step, "privacy_certified_", False)
-        else:
-            continue
+    for _, step in _children(estimator) or ():
+        e, d, c = _spent(step)
         eps, delta, certified = eps + e, delta + d, certified and c
-    return eps, min(delta, 1.0), certified
+    return eps, delta, certified
 
 
 def dp_steps(estimator):
