@@ -142,3 +142,37 @@ def test_unknown_target_and_unfitted_model():
         MIFace(fitted_model(X, y)).run([7])
     with pytest.raises(ValueError, match="fitted"):
         MIFace(LogisticRegression()).run([0])
+
+
+def _default_classifier(X, y, **kwargs):
+    """A default DPMomentumClassifier (normalize_rows="rms"), trained without noise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        return DPMomentumClassifier(epsilon=math.inf, classes=np.unique(y), max_epochs=30, lr=1.0,
+                                    batch_size=len(y), random_state=0, **kwargs).fit(X, y)
+
+
+def test_white_box_attack_on_the_default_classifier_rescaling_rows():
+    # The default model rescales each row to RMS 1, so its output at the all-zero start does not depend
+    # on the direction taken: the clamped norm used to give a gradient of ~1e12 there and one step sent the
+    # reconstruction to ~1e10, where the gradient (~1/||x||) froze it.
+    X, y, protos = prototype_data()
+    results = {rows: MIFace(_default_classifier(X, y, normalize_rows=rows), alpha=300, lambda_=10.0).run(np.arange(4))
+               for rows in ("rms", "none")}
+    rms, none = results["rms"], results["none"]
+    assert np.all(np.isfinite(rms.reconstructions))
+    np.testing.assert_array_equal(nearest(rms.reconstructions, protos), np.arange(4))
+    assert np.all(rms.confidences > 0.9)
+    # The same order of size as the attack on the model that does not rescale its rows.
+    size = np.abs(rms.reconstructions).max(1) / np.abs(none.reconstructions).max(1)
+    assert np.all((size > 0.1) & (size < 10)), size
+
+
+def test_miface_names_n_features_that_do_not_fit_the_model():
+    X, y, _ = prototype_data()
+    model = _default_classifier(X, y)
+    for mode in ("white_box", "black_box"):
+        with pytest.raises(ValueError, match="n_features=7.*64"):
+            MIFace(model, n_features=7, mode=mode).run([0])
+    with pytest.raises(ValueError, match="n_features"):
+        MIFace(model, n_features=0)

@@ -118,7 +118,8 @@ class MIFace:
         (2 d queries per iteration); an int estimates the gradient from that
         many random Gaussian directions instead.
     n_features : int or None, default=None
-        Input dimension; None reads it from the estimator.
+        Input dimension; None reads it from the estimator. When the
+        estimator tells its own, a different value is refused.
     random_state : int, Generator or None, default=None
         Directions of the black-box estimate.
 
@@ -161,6 +162,9 @@ class MIFace:
         if n_directions is not None and not (isinstance(n_directions, numbers.Integral)
                                              and not isinstance(n_directions, bool) and n_directions >= 1):
             raise ValueError(f"n_directions must be None (every coordinate) or an int >= 1; got {n_directions!r}.")
+        if n_features is not None and not (isinstance(n_features, numbers.Integral)
+                                           and not isinstance(n_features, bool) and n_features >= 1):
+            raise ValueError(f"n_features must be None (read from the estimator) or an int >= 1; got {n_features!r}.")
         self.estimator = estimator
         self.alpha, self.beta, self.gamma, self.lambda_ = alpha, beta, gamma, lambda_
         self.process, self.aux_term = process, aux_term
@@ -172,6 +176,19 @@ class MIFace:
         if classes is None:
             raise ValueError("MIFace needs a fitted classifier (no classes_ found).")
         return np.asarray(classes)
+
+    def _input_dim(self):
+        """``n_features``, checked against the estimator's own input size when it has one."""
+        try:
+            known = input_dim(self.estimator)
+        except ValueError:
+            if self.n_features is None:
+                raise
+            return int(self.n_features)
+        if self.n_features is not None and int(self.n_features) != known:
+            raise ValueError(f"n_features={self.n_features} does not fit the estimator, which takes {known} "
+                             "features per input row; leave n_features=None to read it from the estimator.")
+        return known
 
     def _cost_function(self):
         """``(cost(x, idx) -> (costs, confidences), white_box)``; costs are differentiable when white-box."""
@@ -229,7 +246,7 @@ class MIFace:
         if len(unknown):
             raise ValueError(f"targets {unknown[:5]!r} are not classes of the estimator ({classes[:5]!r}...).")
         idx = torch.as_tensor(np.searchsorted(classes, targets))
-        d = self.n_features or input_dim(self.estimator)
+        d = self._input_dim()
         cost, white_box = self._cost_function()
         grad = self._white_box_grad if white_box else self._black_box_grad(make_rng(self.random_state))
         x = torch.zeros(len(targets), d, dtype=torch.float32)

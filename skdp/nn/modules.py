@@ -225,7 +225,11 @@ class RowRMSNormalized(nn.Module):
     attacks go through it). It makes a DP-SGD model insensitive to how the
     features were scaled: the logits move by about ``lr * C * ||x||`` per
     clipped step, so without it the best learning rate depends on the data's
-    norm, which the "auto" rule must not read. A zero row stays zero.
+    norm, which the "auto" rule must not read. A zero row stays zero, and
+    is differentiated as a row already of RMS 1 (scale 1): the output has
+    no derivative there (it depends on the direction only), and the clamped
+    norm would give a gradient of ``sqrt(d) * 1e12`` times the inner one,
+    which sent MI-Face's first step from the all-zero start to ~1e10.
     """
 
     def __init__(self, module, **kwargs):
@@ -234,8 +238,11 @@ class RowRMSNormalized(nn.Module):
 
     def forward(self, X):
         flat = X.flatten(1)
-        scale = math.sqrt(flat.shape[1]) / flat.norm(dim=1).clamp_min(1e-12)
-        return self.inner(X * scale.view((-1,) + (1,) * (X.dim() - 1)))
+        norm = flat.norm(dim=1)
+        # scale = sqrt(d) / ||x||; for x = 0 any scale gives the same output 0, and 1 gives the input
+        # gradient of the unscaled inner module (d(x * s)/dx = s I there, since x = 0).
+        scale = torch.where(norm > 0, math.sqrt(flat.shape[1]) / norm.clamp_min(1e-12), 1.0)
+        return self.inner(X * scale.view((-1,) + (1,) * (X.dim() - 1)).to(X.dtype))
 
 
 MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": SmallCNN}
