@@ -16,7 +16,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .imaging.layout import as_images, normalize_image_shape, restore_layout
 from .imaging.resample import resample, resample_torch
 
-__all__ = ["Downsample", "Upsample", "CenterNormalize", "ScatteringTransform", "RowFunctionTransformer"]
+__all__ = ["Downsample", "Upsample", "CenterNormalize", "ScatteringTransform", "RowFunctionTransformer",
+           "DPQuantileScaler", "DPMedianImputer"]
 
 
 class _Resampler(TransformerMixin, BaseEstimator):
@@ -391,6 +392,7 @@ class RowFunctionTransformer(FunctionTransformer):
 
 
 from .imaging.scattering import ScatteringTransform  # noqa: E402,F401  (re-exported: the transformers' home)
+from ._tabular_preprocessing import DPMedianImputer, DPQuantileScaler  # noqa: E402,F401  (tabular steps that spend)
 
 
 def _register_public_steps():

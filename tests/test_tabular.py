@@ -1,0 +1,225 @@
+"""Tabular steps that pay for what they learn: DPQuantileScaler, DPMedianImputer, and the quantile mechanism."""
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skdp import (BudgetExceededError, BudgetLedger, DPFisherClassifier, DPMomentumClassifier, PrivacyLeakWarning,
+                  insecure_noise_seed)
+from skdp.mechanisms import dp_quantiles, histogram_edges
+from skdp.preprocessing import DPMedianImputer, DPQuantileScaler
+from skdp.privacy import privacy_spent
+from skdp.utils import taps
+
+from conftest import quiet
+
+
+def _two_scales(n=3000, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    X = np.c_[rng.normal(1000 + 400 * y, 100), rng.normal(0.1 - 0.04 * y, 0.01), rng.normal(-50, 5, n)]
+    return X, y
+
+
+@parametrize_with_checks([DPQuantileScaler(), DPMedianImputer()])
+def test_sklearn_compatible(estimator, check, seeded_noise):
+    with seeded_noise():
+        quiet(check, estimator)
+
+
+# -- the mechanism ----------------------------------------------------------------------------------
+def test_log_grid_is_public_and_covers_the_domain():
+    edges = histogram_edges(0, 1e4)
+    assert edges[0] == 0 and edges[-1] == 1e4 and np.all(np.diff(edges) > 0)
+    assert edges[1] == pytest.approx(1e-8)  # 12 decades below 1e4, then one bin down to 0
+    with pytest.raises(ValueError, match="low < high"):
+        histogram_edges(5, 5)
+
+
+def test_quantiles_found_at_every_scale():
+    X, _ = _two_scales()
+    lo, hi = DPQuantileScaler(epsilon=1.0).fit(X).bounds_
+    true_lo, true_hi = np.quantile(X, [0.01, 0.99], axis=0)
+    width = true_hi - true_lo
+    assert np.all(np.abs(lo - true_lo) < 0.35 * width) and np.all(np.abs(hi - true_hi) < 0.35 * width)
+
+
+def test_noise_matters_at_tiny_epsilon():
+    # Twin of the test above: at epsilon 1e-4 the released ranges are far from the data's.
+    X, _ = _two_scales()
+    true_lo, true_hi = np.quantile(X, [0.01, 0.99], axis=0)
+    errors = [np.max(np.abs(DPQuantileScaler(epsilon=1e-4).fit(X).bounds_[1] - true_hi) / (true_hi - true_lo))
+              for _ in range(3)]
+    assert np.median(errors) > 1.0
+
+
+def test_one_gaussian_release_of_sensitivity_sqrt_d_per_stage():
+    X, _ = _two_scales(200)
+    with warnings.catch_warnings(), taps.recording() as rec:
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        DPQuantileScaler(epsilon=1.0).fit(X)
+    assert [r.mechanism for r in rec.releases] == ["gaussian:histograms"] * 2
+    assert all(r.sensitivity == pytest.approx(np.sqrt(3)) and r.norm == "l2" for r in rec.releases)
+    # Each record is counted once per column: every column's counts sum to n (NaN counts nowhere).
+    first = rec.releases[0].value
+    assert first.sum() == pytest.approx(3 * 200)
+
+
+def test_outside_the_domain_is_clipped_and_nan_is_skipped():
+    X = np.r_[np.full((50, 1), 5.0), [[1e9]], [[np.nan]]]
+    edges = [histogram_edges(0, 10, grid="linear", n_bins=10)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        values = dp_quantiles(X, (0.0, 1.0), edges, np.inf, 1e-5, np.random.default_rng())
+    assert 0 <= values.min() and values.max() <= 10
+
+
+def test_fresh_noise_every_fit_and_seeded_noise_is_not_certified():
+    X, _ = _two_scales(500)
+    a, b = DPQuantileScaler(epsilon=1.0).fit(X), DPQuantileScaler(epsilon=1.0).fit(X)
+    assert not np.array_equal(a.bounds_[1], b.bounds_[1])
+    assert a.privacy_certified_ and a.noise_seeded_ is False
+    with warnings.catch_warnings(), insecure_noise_seed(0):
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        c = DPQuantileScaler(epsilon=1.0).fit(X)
+    assert c.privacy_certified_ is False and "insecure_noise_seed" in c.privacy_notes_[0]
+
+
+def test_epsilon_inf_warns_and_is_not_certified():
+    X, _ = _two_scales(200)
+    with pytest.warns(PrivacyLeakWarning, match="NOT private"):
+        sc = DPQuantileScaler(epsilon=np.inf).fit(X)
+    assert sc.privacy_certified_ is False
+
+
+def test_ledger_is_charged_before_the_data_are_read():
+    X, _ = _two_scales(300)
+    ledger = BudgetLedger(epsilon=0.5)
+    with pytest.raises(BudgetExceededError):
+        DPQuantileScaler(epsilon=1.0, ledger=ledger).fit(X)
+    sc = DPQuantileScaler(epsilon=0.5, ledger=ledger).fit(X)
+    assert ledger.total() == pytest.approx((0.5, 1e-5)) and sc.epsilon_ == 0.5
+
+
+def test_bad_parameters_are_refused_before_the_charge():
+    X, _ = _two_scales(100)
+    ledger = BudgetLedger(epsilon=10)
+    for bad, match in [(dict(quantiles=(0.9, 0.1)), "quantiles"), (dict(domain=(1, 0)), "domain"),
+                       (dict(domain={"a": (0, 1)}), "column names"), (dict(feature_range=(1, 1)), "feature_range")]:
+        with pytest.raises(ValueError, match=match):
+            DPQuantileScaler(ledger=ledger, **bad).fit(X)
+    assert ledger.total() == (0.0, 0.0)
+
+
+def test_transform_clips_scales_keeps_nan_and_inverts():
+    X, _ = _two_scales(2000)
+    sc = DPQuantileScaler(epsilon=2.0, feature_range=(0, 1)).fit(X)
+    Z = sc.transform(np.r_[X, [[np.nan, 1e12, -1e12]]])
+    assert np.nanmin(Z) >= 0 and np.nanmax(Z) <= 1 and np.isnan(Z[-1, 0])
+    inside = (X >= sc.bounds_[0]) & (X <= sc.bounds_[1])
+    np.testing.assert_allclose(sc.inverse_transform(Z[:-1])[inside], X[inside])
+
+
+def test_domain_by_column_name():
+    pd = pytest.importorskip("pandas")
+    X, _ = _two_scales(1000)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    sc = DPQuantileScaler(domain={"a": (0, 1e4), "b": (0, 1), "c": (-100, 0)}).fit(df)
+    np.testing.assert_array_equal(sc.domain_[0], [0, 0, -100])
+    assert list(sc.get_feature_names_out()) == ["a", "b", "c"]
+
+
+# -- certified end to end -----------------------------------------------------------------------------
+def test_pipeline_with_fisher_is_certified_end_to_end_and_learns():
+    X, y = _two_scales()
+    pipe = make_pipeline(DPQuantileScaler(epsilon=0.5),
+                         DPFisherClassifier(epsilon=0.5, bounds=(-1, 1), classes=[0, 1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # nothing is read from the data for free
+        pipe.fit(X, y)
+        eps, delta, certified = privacy_spent(pipe)
+    assert (eps, certified) == (1.0, True) and delta == pytest.approx(2e-5)
+    assert pipe.score(X, y) > 0.9
+
+
+def test_column_transformer_with_public_categories_and_momentum_classifier_is_certified():
+    pd = pytest.importorskip("pandas")
+    X, y = _two_scales(600)
+    df = pd.DataFrame(X, columns=["a", "b", "c"]).assign(colour=np.where(y == 1, "red", "blue"))
+    pre = ColumnTransformer([("num", DPQuantileScaler(epsilon=0.3), ["a", "b", "c"]),
+                             ("cat", OneHotEncoder(categories=[["blue", "green", "red"]]), ["colour"])])
+    pipe = make_pipeline(pre, DPMomentumClassifier(epsilon=0.7, classes=[0, 1], max_epochs=3, random_state=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        pipe.fit(df, y)
+        eps, _, certified = privacy_spent(pipe)
+    assert 0.99 < eps <= 1.0 and certified  # the classifier spends at most its 0.7
+    # The same with categories read from the data: warned and not certified.
+    pre_leaky = ColumnTransformer([("num", DPQuantileScaler(epsilon=0.3), ["a", "b", "c"]),
+                                   ("cat", OneHotEncoder(), ["colour"])])
+    leaky = make_pipeline(pre_leaky, DPFisherClassifier(epsilon=0.7, bounds=(-1, 1), classes=[0, 1])).fit(df, y)
+    with pytest.warns(PrivacyLeakWarning, match="OneHotEncoder"):
+        assert privacy_spent(leaky)[2] is False
+
+
+# -- missing values -----------------------------------------------------------------------------------
+def _with_missing(n=3000):
+    X, y = _two_scales(n)
+    X = X.copy()
+    X[::7, 0] = np.nan
+    X[::11, 2] = np.nan
+    return X, y
+
+
+@pytest.mark.parametrize("strategy", ["mean", "median", "most_frequent"])
+def test_learning_imputers_are_flagged_as_non_private(strategy):
+    X, y = _with_missing(400)
+    pipe = make_pipeline(SimpleImputer(strategy=strategy), DPQuantileScaler(epsilon=0.5),
+                         DPFisherClassifier(epsilon=0.5, bounds=(-1, 1), classes=[0, 1])).fit(X, y)
+    with pytest.warns(PrivacyLeakWarning, match="SimpleImputer"):
+        assert privacy_spent(pipe)[2] is False
+
+
+def test_constant_fill_and_dp_median_imputer_keep_the_pipeline_certified():
+    X, y = _with_missing()
+    for imputer, spent in [(SimpleImputer(strategy="constant", fill_value=0.0), 1.0), (DPMedianImputer(epsilon=0.5), 1.5)]:
+        pipe = make_pipeline(imputer, DPQuantileScaler(epsilon=0.5),
+                             DPFisherClassifier(epsilon=0.5, bounds=(-1, 1), classes=[0, 1]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            pipe.fit(X, y)
+            eps, _, certified = privacy_spent(pipe)
+        assert certified and eps == pytest.approx(spent)
+
+
+def test_dp_median_is_close_and_fills_every_nan():
+    X, _ = _with_missing()
+    imp = DPMedianImputer(epsilon=1.0).fit(X)
+    true = np.nanmedian(X, axis=0)
+    spread = np.nanquantile(X, 0.9, axis=0) - np.nanquantile(X, 0.1, axis=0)
+    assert np.all(np.abs(imp.statistics_ - true) < 0.5 * spread)
+    filled = imp.transform(X)
+    assert not np.isnan(filled).any() and np.array_equal(filled[~np.isnan(X)], X[~np.isnan(X)])
+
+
+def test_pipeline_neighbour_replays_to_the_same_model():
+    # The generic harness on the composition: scaler -> Fisher, one outlier record added.
+    from test_sensitivity_harness import _differences
+
+    X, y = _two_scales(300)
+    X2, y2 = np.r_[X, [[1e5, -1e5, 1e5]]], np.r_[y, 1]
+    pipe = make_pipeline(DPQuantileScaler(epsilon=1.0), DPFisherClassifier(epsilon=1.0, bounds=(-1, 1), classes=[0, 1]))
+    first, second = clone(pipe), clone(pipe)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with insecure_noise_seed(0), taps.recording() as rec:
+            first.fit(X, y)
+        with insecure_noise_seed(0), taps.replaying(rec.releases):
+            second.fit(X2, y2)
+    assert len(rec.releases) == 2 + 3 and not _differences(first, second)
