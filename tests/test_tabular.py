@@ -223,3 +223,90 @@ def test_pipeline_neighbour_replays_to_the_same_model():
         with insecure_noise_seed(0), taps.replaying(rec.releases):
             second.fit(X2, y2)
     assert len(rec.releases) == 2 + 3 and not _differences(first, second)
+
+
+# -- PGEGenerator on mixed tables ----------------------------------------------------------------------
+def _mixed_frame(n=600, seed=0):
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(seed)
+    colour = rng.choice(["red", "green", "blue"], n, p=[0.6, 0.3, 0.1])
+    return pd.DataFrame({"age": np.clip(rng.normal(40, 10, n), 18, 90).round().astype(int),
+                         "colour": colour,
+                         "income": np.where(colour == "red", rng.normal(50, 5, n), rng.normal(20, 5, n)),
+                         "member": rng.random(n) < 0.3,
+                         "grade": pd.Categorical(rng.choice(["a", "b"], n), categories=["a", "b", "c"])})
+
+
+PUBLIC = dict(categories={"colour": ["red", "green", "blue"]}, bounds={"age": (0, 100), "income": (0, 100)})
+FAST_PGE = dict(max_epochs=3, n_levels=3, n_repeats=1, n_leapfrog=3)
+
+
+def _pge(**kwargs):
+    from skdp.generative import PGEGenerator
+
+    return PGEGenerator(**{**FAST_PGE, **kwargs})
+
+
+def test_pge_samples_the_table_with_its_columns_dtypes_and_public_categories():
+    df = _mixed_frame()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # every category and bound is public
+        gen = _pge(epsilon=5.0, **PUBLIC).fit(df)
+    assert gen.privacy_certified_ and gen.n_features_in_ == 5 and list(gen.feature_names_in_) == list(df.columns)
+    assert gen.bounds_[0].shape == (1 + 3 + 1 + 2 + 3,)  # one coordinate per number, one per category
+    sample = gen.sample(400, random_state=0)
+    assert list(sample.columns) == list(df.columns) and dict(sample.dtypes) == dict(df.dtypes)
+    assert set(sample["colour"]) <= {"red", "green", "blue"} and isinstance(sample["colour"].iloc[0], str)
+    assert sample["age"].between(0, 100).all() and sample["grade"].dtype == df["grade"].dtype
+
+
+def test_pge_category_proportions_follow_the_data():
+    # The sampler at its defaults (the fast settings above barely move the chains); no noise, few epochs.
+    from skdp.generative import PGEGenerator
+
+    df = _mixed_frame(1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        gen = PGEGenerator(epsilon=np.inf, module="gaussian", max_epochs=4, lr=0.05, **PUBLIC).fit(df)
+    share = gen.sample(3000, random_state=0)["colour"].value_counts(normalize=True)
+    assert share["red"] > share["green"] > share["blue"]
+    assert abs(share["red"] - 0.6) < 0.15
+
+
+def test_pge_categories_read_from_the_data_warn_and_uncertify():
+    df = _mixed_frame()
+    with pytest.warns(PrivacyLeakWarning, match="'colour' has no public categories"):
+        gen = _pge(epsilon=5.0, bounds=PUBLIC["bounds"]).fit(df)
+    assert gen.privacy_certified_ is False and "categories read from the private data" in gen.privacy_notes_
+    with pytest.warns(PrivacyLeakWarning, match="'income' has no public bounds"):
+        gen = _pge(epsilon=5.0, categories=PUBLIC["categories"], bounds={"age": (0, 100)}).fit(df)
+    assert "bounds read from the private data" in gen.privacy_notes_
+
+
+def test_pge_table_errors_name_the_problem():
+    df = _mixed_frame()
+    with pytest.raises(ValueError, match="'colour' holds 'red'"):
+        _pge(categories={"colour": ["green", "blue"]}, bounds=PUBLIC["bounds"]).fit(df)
+    with pytest.raises(ValueError, match="DataFrame"):
+        _pge(categories={"colour": ["red"]}, bounds=(0, 1)).fit(np.zeros((10, 2)))
+    with pytest.raises(ValueError, match="does not have"):
+        _pge(categories={"colour ": ["red"]}, bounds=PUBLIC["bounds"]).fit(df)
+
+
+def test_pge_table_neighbour_replays_to_the_same_model():
+    from test_sensitivity_harness import _differences
+
+    df = _mixed_frame(80)
+    y = np.arange(80) % 2
+    extra = df.iloc[:1].assign(age=100, income=1e4, colour="blue")
+    gen = _pge(epsilon=2.0, classes=[0, 1], random_state=0, **PUBLIC)
+    first, second = clone(gen), clone(gen)
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with insecure_noise_seed(0), taps.recording() as rec:
+            first.fit(df, y)
+        with insecure_noise_seed(0), taps.replaying(rec.releases):
+            second.fit(pd.concat([df, extra], ignore_index=True), np.r_[y, 1])
+    assert not _differences(first, second)

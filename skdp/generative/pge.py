@@ -11,6 +11,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning, warn_privacy
+from .tabular import TableCodec, needs_codec
 from ..privacy.ledger import charge
 from ..utils.bounds import resolve_bounds
 from ..nn._estimator import DPSGDEstimator, fill_dp_docs
@@ -94,8 +95,17 @@ class PGEGenerator(DPSGDEstimator):
     {dp:max_grad_norm}
     {dp:noise_multiplier}
     {dp:accounting}
-    bounds : None or (lower, upper), default=None
-        Public range of the features; None reads it from the data (warns).
+    bounds : None, (lower, upper) or dict, default=None
+        Public range of the features; None reads it from the data (warns). A
+        dict ``{column: (lower, upper)}`` gives each numeric column of a
+        DataFrame its own (a column left out is read from the data: warns).
+    categories : dict or None, default=None
+        ``{column: [public categories]}`` of a DataFrame's categorical columns,
+        modelled as categories (one-hot coordinates in {-1, 1}) and sampled
+        back as values of the column's dtype (``skdp.generative.tabular``). A
+        ``pd.CategoricalDtype`` column's categories and a bool column's are
+        public as declared; another non-numeric column's are read from the
+        data (warns; not certified).
     classes : array-like or None, default=None
         Public label set of a class-conditional model; None reads it from y (warns).
     image_shape : tuple or None, default=None
@@ -137,7 +147,11 @@ class PGEGenerator(DPSGDEstimator):
         with Laplace noise for "dpsgd", read from the data otherwise.
     bounds_ : (lower, upper)
         The feature range used for scaling and clipping (public if
-        ``bounds`` was given).
+        ``bounds`` was given); ``(-1, 1)`` per coordinate for a table encoded
+        by ``codec_``.
+    codec_ : TableCodec or None
+        The encoding of a DataFrame with categories or bounds by column
+        (``skdp.generative.tabular``); None for numeric arrays.
     sigmas_ : tuple
         The noise levels, largest first.
     {dp:attributes}
@@ -185,7 +199,8 @@ class PGEGenerator(DPSGDEstimator):
         "sigma_min": [Interval(numbers.Real, 0, None, closed="neither")],
         "n_levels": [Interval(numbers.Integral, 1, None, closed="left")],
         "lr": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
-        "bounds": [None, tuple, list],
+        "bounds": [None, tuple, list, dict],
+        "categories": [None, dict],
         "classes": [None, "array-like"],
         "image_shape": [None, tuple],
         "n_leapfrog": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -201,7 +216,7 @@ class PGEGenerator(DPSGDEstimator):
     def __init__(self, module="auto", *, mechanism="dpsgd", epsilon=1.0, delta=1e-5, k=10, n_projections="auto",
                  residual=True, hidden_size=256, n_blocks=2, sigma_min=0.01, n_levels=10, max_epochs=30,
                  batch_size="auto", lr="auto", max_grad_norm=1.0, noise_multiplier=None, accounting="rdp",
-                 bounds=None, classes=None, image_shape=None, n_leapfrog=10, n_repeats=5, step_size=None,
+                 bounds=None, categories=None, classes=None, image_shape=None, n_leapfrog=10, n_repeats=5, step_size=None,
                  acceptance="hmc", ledger=None, device="cpu", verbose=0, random_state=None):
         self._set_init_params(locals())
 
@@ -218,8 +233,9 @@ class PGEGenerator(DPSGDEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Private records, at least 2; clipped to ``bounds``.
+        X : array-like or DataFrame of shape (n_samples, n_features)
+            Private records, at least 2; clipped to ``bounds``. A DataFrame
+            may hold categorical columns (see ``categories``).
         y : array-like of shape (n_samples,) or None, default=None
             Private labels, all in ``classes``; None fits an unconditional model.
 
@@ -229,6 +245,11 @@ class PGEGenerator(DPSGDEstimator):
             Fitted estimator.
         """
         owner = type(self).__name__
+        columns, self.codec_ = None, None
+        if needs_codec(X, self.categories, self.bounds):  # a mixed table: coordinates in [-1, 1]
+            columns = np.asarray(X.columns, dtype=object)
+            self.codec_ = TableCodec(self.categories, self.bounds, owner).fit(X, warn=self.mechanism == "dpsgd")
+            X = self.codec_.transform(X)
         X = validate_data(self, X, dtype=np.float32, ensure_min_samples=2, reset=True) if y is None else \
             validate_data(self, X, y, dtype=np.float32, ensure_min_samples=2, reset=True)[0]
         rng = make_rng(self.random_state)  # initialisation and the loss's draws: not a mechanism
@@ -236,7 +257,7 @@ class PGEGenerator(DPSGDEstimator):
         check_device(self.device)  # before anything is charged
         if certified:
             warn_if_delta_too_large(self.delta, X.shape[0], owner)
-        self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=certified)
+        self.bounds_ = resolve_bounds((-1.0, 1.0) if self.codec_ else self.bounds, X, owner, warn=certified)
         codes = self._encode_labels(y, X.shape[0])
         Z = self._scale(X)
         self.sigmas_ = harmonic_square_levels(self.sigma_min, self.n_levels)
@@ -254,8 +275,10 @@ class PGEGenerator(DPSGDEstimator):
             if not certified:  # the no-noise warning of the engine is the one just given
                 warnings.simplefilter("ignore", PrivacyLeakWarning)
             self.net_.fit(Z, codes)
-        read = ([] if self.bounds is not None else ["bounds"]) + (
+        read = (self.codec_.read_from_data_ if self.codec_ else [] if self.bounds is not None else ["bounds"]) + (
             ["classes"] if self.classes is None and y is not None else [])
+        if columns is not None:  # the table's own columns, not its coordinates
+            self.n_features_in_, self.feature_names_in_ = len(columns), columns
         # Class proportions cost COUNT_SHARE * epsilon (Laplace); with epsilon=inf they are exact.
         eps_counts = 0.0 if self.classes_ is None else COUNT_SHARE * self.epsilon
         self._set_fit_results(self.net_, extra_epsilon=eps_counts, read_from_data=read)
@@ -384,7 +407,7 @@ class PGEGenerator(DPSGDEstimator):
         rng = make_rng(random_state)
         labels, Y = self._sample_labels(n_samples, y, rng)
         gen = torch_generator(rng, device=self.device)
-        d = self.n_features_in_
+        d = len(self.bounds_[0])  # coordinates of the model (a table's one-hot blocks included)
         module = self.net_.module_
         module.eval()
 
@@ -407,7 +430,11 @@ class PGEGenerator(DPSGDEstimator):
         self.acceptance_rates_ = np.mean(self.acceptance_rates_, axis=0)
         Z = torch.cat(chunks)
         X = self._unscale(Z.cpu().numpy().astype(np.float64))
-        if hasattr(self, "feature_names_in_"):  # fitted on a DataFrame: give one back, same columns
+        if getattr(self, "codec_", None) is not None:  # a table: its columns, dtypes and categories
+            import pandas as pd
+            X = self.codec_.inverse_transform(X, rng)
+            labels = None if labels is None else pd.Series(labels, name="y")
+        elif hasattr(self, "feature_names_in_"):  # fitted on a DataFrame: give one back, same columns
             import pandas as pd
             X = pd.DataFrame(X, columns=self.feature_names_in_)
             labels = None if labels is None else pd.Series(labels, name="y")
