@@ -81,6 +81,11 @@ def _tables():
     return {"breast_cancer": breast_cancer, "default": default, "credit": credit}
 
 
+def _onehot(cats):
+    """One-hot columns of the public categories (an unknown value becomes zeros: row-wise, public)."""
+    return OneHotEncoder(categories=[cats[c] for c in cats], handle_unknown="ignore")
+
+
 def _numeric(df, cats):
     return [c for c in df.columns if c not in cats]
 
@@ -92,7 +97,7 @@ def _skdp_pipeline(df, cats, epsilon, classifier):
     num_steps = ([DPMedianImputer(epsilon=share_imp * epsilon, domain=DOMAIN)] if has_nan else []) + [
         DPQuantileScaler(epsilon=0.2 * epsilon, domain=DOMAIN)]
     pre = ColumnTransformer([("num", make_pipeline(*num_steps), numeric),
-                             ("cat", OneHotEncoder(categories=[cats[c] for c in cats]), list(cats))])
+                             ("cat", _onehot(cats), list(cats))])
     rest = (1 - 0.2 - share_imp) * epsilon
     clf = (DPMomentumClassifier(epsilon=rest, classes=[0, 1]) if classifier == "momentum"
            else DPFisherClassifier(epsilon=rest, bounds=(-1, 1), classes=[0, 1]))
@@ -102,7 +107,7 @@ def _skdp_pipeline(df, cats, epsilon, classifier):
 def _baseline_columns(df, cats):
     """Raw numbers (NaN -> 0) and one-hot public categories: what a diffprivlib user would feed."""
     return ColumnTransformer([("num", SimpleImputer(strategy="constant", fill_value=0.0), _numeric(df, cats)),
-                              ("cat", OneHotEncoder(categories=[cats[c] for c in cats]), list(cats))])
+                              ("cat", _onehot(cats), list(cats))])
 
 
 def _diffprivlib():
@@ -157,7 +162,7 @@ def _tstr(X_syn, y_syn, X_test, y_test, cats):
     if len(np.unique(y_syn)) < 2:
         return 0.5
     pre = ColumnTransformer([("num", make_pipeline(SimpleImputer(), StandardScaler()), _numeric(X_syn, cats)),
-                             ("cat", OneHotEncoder(categories=[cats[c] for c in cats]), list(cats))])
+                             ("cat", _onehot(cats), list(cats))])
     model = make_pipeline(pre, LogisticRegression(max_iter=2000)).fit(X_syn, y_syn)
     return _auc(model, X_test, y_test)
 
@@ -171,7 +176,7 @@ def run(tables, seeds):
             X_tr, X_te, y_tr, y_te = train_test_split(df, y, test_size=0.25, random_state=seed, stratify=y)
             ref = make_pipeline(ColumnTransformer([("num", make_pipeline(SimpleImputer(), StandardScaler()),
                                                     _numeric(df, cats)),
-                                                   ("cat", OneHotEncoder(categories=[cats[c] for c in cats]),
+                                                   ("cat", _onehot(cats),
                                                     list(cats))]),
                                 LogisticRegression(max_iter=2000)).fit(X_tr, y_tr)
             rows.append(dict(table=name, seed=seed, epsilon=np.inf, method="sklearn LR (not private)",

@@ -45,7 +45,7 @@ def _is_categorical(column):
 
 
 class TableCodec:
-    """A DataFrame's columns to coordinates in [-1, 1] (``transform``) and sampled coordinates back (``inverse_transform``).
+    """A DataFrame's columns to coordinates in [-1, 1] (``transform``), and sampled ones back (``inverse_transform``).
 
     Parameters
     ----------
