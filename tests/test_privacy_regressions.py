@@ -150,7 +150,9 @@ def test_finding_09_search_cost_with_noise_multiplier_matches_the_ledger(tmp_pat
     spent = ledger.total()[0]
     assert spent > 5  # the epsilon parameter (1.0 per fit, 5 fits) is not what was spent
     cost = search_privacy_cost(search, n_samples=len(XS))[0]
-    assert cost == pytest.approx(spent, rel=0.05) and cost >= spent * (1 - 1e-9)
+    # The search cost bounds every fold size stratification allows (each spend's envelope over them):
+    # never below what the ledger recorded, and close to it.
+    assert cost == pytest.approx(spent, rel=0.1) and cost >= spent * (1 - 1e-9)
     with pytest.raises(ValueError, match="n_samples"):
         search_privacy_cost(search)
 

@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import warn_privacy
 from ..mechanisms import analytic_gaussian_sigma
+from ..privacy.composition import Spend
 from ..privacy.ledger import charge
 from ..utils.bounds import apply_bounds, resolve_bounds
 from ..privacy.report import set_privacy_attributes
@@ -218,7 +219,8 @@ class DFSRelease(TransformerMixin, BaseEstimator):
             else:
                 eps_release, delta_release = (1 - self.selection_share) * self.epsilon, self.delta / 2
             charge(self.ledger, eps_release, 0.0 if math.isinf(eps_release) else delta_release,
-                   type(self).__name__ + " release")
+                   type(self).__name__ + " release", cost=Spend.approx(
+                       eps_release, 0.0 if math.isinf(eps_release) else delta_release, "replace-one"))
             self.noise_std_ = analytic_gaussian_sigma(eps_release, delta_release, self.sensitivity_)
             self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
             if math.isinf(self.epsilon):
@@ -285,7 +287,7 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         if not self._selects_all:  # the selection's replace-one cost, charged before it runs
             cost = (share * self.epsilon, 0.0 if math.isinf(self.epsilon) else self.delta / 2)
             label = " selection" + (" (paper, not certified)" if self.method == "paper" else " (replace-one)")
-            charge(self.ledger, *cost, type(self).__name__ + label)
+            charge(self.ledger, *cost, type(self).__name__ + label, cost=Spend.approx(*cost, "replace-one"))
         self.selector_ = DPFisherSelector(
             self.n_features_to_select, epsilon=eps_sel, delta=delta_sel,
             bounds=self.bounds, clip=self.clip, method=self.method, classes=self.classes,
@@ -308,7 +310,13 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         notes = self.selector_.privacy_notes_
         certified = True if not notes or self.method == "private" else "; ".join(notes)
         read = ([] if self.bounds is not None else ["bounds"]) + ([] if self.classes is not None else ["classes"])
-        set_privacy_attributes(self, self.epsilon_, self.delta_, certified=certified, read_from_data=read)
+        set_privacy_attributes(self, self.epsilon_, self.delta_, certified=certified, read_from_data=read,
+                               cost=Spend.approx(self.epsilon_, self.delta_, "replace-one"))
+
+    def _planned_costs(self, n_samples=None):
+        """The fit's :class:`~skdp.privacy.composition.Spend`: ``(epsilon, delta)`` under replace-one adjacency."""
+        eps = float(self.epsilon)
+        return [Spend.approx(eps, 0.0 if math.isinf(eps) else float(self.delta), "replace-one")]
 
     def _select(self, X):
         if self.method == "private":

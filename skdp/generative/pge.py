@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import PrivacyLeakWarning, warn_privacy
 from .tabular import TableCodec, needs_codec
+from ..privacy.composition import Spend
 from ..privacy.ledger import charge
 from ..utils.bounds import resolve_bounds
 from ..nn._estimator import DPSGDEstimator, fill_dp_docs
@@ -287,6 +288,12 @@ class PGEGenerator(DPSGDEstimator):
                 "randomized response on data-independent projections certifies nothing (the paper's claim)"))
         return self
 
+    def _planned_costs(self, n_samples):
+        """Randomized response: one pure epsilon-DP release; DP-SGD: the base's plan."""
+        if self.mechanism != "dpsgd":
+            return [Spend.pure(float(self.epsilon))]
+        return super()._planned_costs(n_samples)
+
     def _planned_privacy(self, n_samples):
         """(epsilon, delta) a fit on ``n_samples`` records will certify; labels assumed (``classes`` set)."""
         if self.mechanism != "dpsgd":
@@ -312,7 +319,8 @@ class PGEGenerator(DPSGDEstimator):
         counts = np.bincount(codes, minlength=len(self.classes_)).astype(float)
         if certified and not math.isinf(self.epsilon):
             eps_counts = COUNT_SHARE * self.epsilon
-            charge(self.ledger, eps_counts, 0.0, type(self).__name__ + ": class counts")
+            charge(self.ledger, eps_counts, 0.0, type(self).__name__ + ": class counts",
+                   cost=Spend.pure(eps_counts))
             counts = taps.release("laplace:class_counts", counts, 1.0, "l1")
             counts = counts + rng.laplace(scale=taps.noise_factor() / eps_counts, size=counts.shape)
         counts = np.maximum(counts, 0.0) + 1e-12

@@ -97,6 +97,46 @@ def gaussian_dp_mu(epsilon, delta):
     return brentq(lambda mu: gaussian_dp_delta(mu, epsilon) - delta, 1e-12, hi, xtol=1e-12, rtol=1e-12)
 
 
+def gaussian_dp_epsilon(mu, delta):
+    """Compute the smallest epsilon at which a mu-GDP mechanism is (epsilon, ``delta``)-DP.
+
+    Inverts :func:`gaussian_dp_delta` in epsilon by bisection (the profile
+    decreases in epsilon).
+
+    Parameters
+    ----------
+    mu : float
+        The Gaussian-DP parameter, >= 0 (``inf``: no noise).
+    delta : float
+        Target delta, in (0, 1).
+
+    Returns
+    -------
+    epsilon : float
+        0 for ``mu = 0``, ``inf`` for ``mu = inf``.
+
+    See Also
+    --------
+    gaussian_dp_mu : The largest mu for a given (epsilon, delta).
+
+    Examples
+    --------
+    >>> from skdp.mechanisms import gaussian_dp_epsilon, gaussian_dp_mu
+    >>> round(gaussian_dp_epsilon(gaussian_dp_mu(1.0, 1e-5), 1e-5), 6)
+    1.0
+    """
+    if not 0 < delta < 1:
+        raise ValueError(f"need 0 < delta < 1, got delta={delta}.")
+    if mu <= 0 or gaussian_dp_delta(mu, 0.0) <= delta:
+        return 0.0
+    if math.isinf(mu):
+        return math.inf
+    hi = 1.0
+    while gaussian_dp_delta(mu, hi) > delta:
+        hi *= 2.0
+    return brentq(lambda eps: gaussian_dp_delta(mu, eps) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
+
+
 def analytic_gaussian_sigma(epsilon, delta, sensitivity):
     """Compute the noise std of the analytic Gaussian mechanism: the smallest (epsilon, delta)-DP sigma.
 

@@ -48,13 +48,9 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
+from ..privacy.composition import _no_nan, rdp_to_delta, rdp_to_epsilon  # noqa: F401 (their home)
+
 DISTRIBUTIONS = ("truncated_negative_binomial", "poisson")
-
-
-def _no_nan(rdp):
-    """The curve with NaN read as inf: no bound at that order (Opacus gives NaN at orders like 2048)."""
-    rdp = np.asarray(rdp, dtype=float)
-    return np.where(np.isnan(rdp), np.inf, rdp)
 
 
 def tnb_expected_trials(eta, gamma):
@@ -89,26 +85,6 @@ def sample_tnb(eta, gamma, rng):
         k += 1
         cdf += p
     return k
-
-
-def rdp_to_epsilon(orders, rdp, delta):
-    """``(epsilon, order)``: Opacus's conversion (``get_privacy_spent``) of an RDP curve at ``delta``."""
-    orders, rdp = np.asarray(orders, dtype=float), _no_nan(rdp)
-    eps = rdp + np.log1p(-1 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
-    eps = np.where(np.isnan(eps), np.inf, eps)  # inf - inf at an unbounded order
-    i = int(np.argmin(eps))
-    return max(0.0, float(eps[i])), float(orders[i])
-
-
-def rdp_to_delta(orders, rdp, epsilon):
-    """Smallest ``delta`` with ``rdp_to_epsilon(orders, rdp, delta) <= epsilon`` (the same conversion, inverted).
-
-    ``log delta = (lambda - 1)(eps(lambda) - epsilon + log(1 - 1/lambda)) - log(lambda)``, minimised
-    over the orders and capped at 1.
-    """
-    orders, rdp = np.asarray(orders, dtype=float), _no_nan(rdp)
-    log_delta = (orders - 1) * (rdp - epsilon + np.log1p(-1 / orders)) - np.log(orders)
-    return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
 
 
 def random_stopping_rdp(orders, rdp, distribution, *, eta=0.0, gamma=None, mu=None):

@@ -26,6 +26,8 @@ import re
 
 from sklearn.base import BaseEstimator
 
+from ..privacy.accounting import dpsgd_cost
+from ..privacy.composition import Spend
 from ..privacy.report import set_privacy_attributes
 from ..utils.validation import set_init_params
 from .net import plan_dpsgd
@@ -322,13 +324,35 @@ class DPSGDEstimator(BaseEstimator):
         self.n_steps_ = net.accountant_.n_steps
         self.noise_seeded_ = getattr(self, "noise_seeded_", False) or net.noise_seeded_
         epsilon = net.epsilon_spent() + extra_epsilon if private else math.inf
-        set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data)
+        # The fit's RDP curve (DP-SGD's, plus a pure epsilon-DP release's beside it): what compositions add.
+        cost = dpsgd_cost(net.accountant_.history, epsilon, self.delta)
+        if extra_epsilon and cost.rdp is not None:
+            cost = Spend.from_rdp([a + b for a, b in zip(cost.rdp, Spend.pure(extra_epsilon).rdp)], epsilon,
+                                  self.delta)
+        set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data,
+                               cost=cost)
 
     # -- planning ----------------------------------------------------------------------------
     def _plan(self, n_samples):
         """``(batch_size, epochs, epsilon_for_dpsgd, extra_epsilon)`` of a fit on ``n_samples``."""
         from ..utils.validation import resolve_batch_size
         return resolve_batch_size(self.batch_size, n_samples), self.max_epochs, self.epsilon, 0.0
+
+    def _planned_costs(self, n_samples):
+        """The :class:`~skdp.privacy.composition.Spend` list of a fit on ``n_samples`` records, from public quantities.
+
+        With ``n_samples`` the DP-SGD run's RDP curve (and a pure release's
+        beside it, ``extra``); without, the ``epsilon`` it is calibrated to.
+        """
+        if n_samples is None:
+            eps = float(self.epsilon)
+            return [Spend.approx(eps, 0.0 if math.isinf(eps) else float(self.delta))]
+        batch_size, epochs, epsilon, extra = self._plan(n_samples)
+        sample_rate, n_lots, sigma, spent = plan_dpsgd(n_samples, batch_size, epochs, epsilon, self.delta,
+                                                       self.noise_multiplier, self.accounting)
+        costs = [dpsgd_cost([(sigma, sample_rate, n_lots * epochs)], spent,
+                            0.0 if math.isinf(spent) else float(self.delta))]
+        return costs + ([Spend.pure(extra)] if extra else [])
 
     def _planned_privacy(self, n_samples):
         """(epsilon, delta) a fit on ``n_samples`` records will certify, from public quantities only."""

@@ -40,6 +40,7 @@ from torch.utils.data import default_collate
 from ..engine import DPSGDEngine, PoissonBatchSampler
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
+from ..privacy.accounting import dpsgd_cost
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
@@ -623,10 +624,13 @@ class DPNet(NeuralNet):
             self._set_training(True)
             engines = self.initialize_engines(sigma, sample_rate * n_samples)
             if self.ledger is not None:
-                self.ledger.spend(projected, 0.0 if math.isinf(projected) else self.delta,
+                spend_delta = 0.0 if math.isinf(projected) else self.delta
+                self.ledger.spend(projected, spend_delta,
                                   label=f"{self.owner or type(self).__name__}: {n_batches * epochs} steps "
                                         f"(sigma={sigma:.4g}, q={sample_rate:.4g})",
-                                  estimator=self.owner or type(self).__name__, params=self._public_params())
+                                  estimator=self.owner or type(self).__name__, params=self._public_params(),
+                                  cost=dpsgd_cost([(sigma, sample_rate, n_batches * epochs)], projected,
+                                                  spend_delta))
             # Randomness the module draws from torch's global generator while training (dropout masks) comes
             # from the fit's own fresh entropy, not from a seed the user may have set: the global state is
             # forked and left as it was found.

@@ -15,6 +15,8 @@ import math
 import numbers
 import warnings
 
+import numpy as np
+
 ACCOUNTINGS = ("rdp", "prv")
 
 # Opacus's default RDP orders stop at 63, which cannot certify epsilon below ~0.2 at
@@ -151,6 +153,24 @@ def _rdp_of_one_step(noise_multiplier, sample_rate):
     from opacus.accountants.analysis.rdp import compute_rdp
 
     return tuple(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=RDP_ORDERS))
+
+
+def dpsgd_cost(history, epsilon, delta):
+    """The :class:`~skdp.privacy.composition.Spend` of a DP-SGD run: its certified (epsilon, delta) and RDP curve.
+
+    ``history`` holds ``(noise_multiplier, sample_rate, n_steps)`` events; the
+    curve is their summed RDP at the ledger's fixed orders (``LEDGER_ORDERS``),
+    so that runs compose in a ledger; a run without noise has none.
+    """
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    from .composition import LEDGER_ORDERS, Spend
+
+    if math.isinf(epsilon) or any(sigma == 0 for sigma, _, _ in history):
+        return Spend(math.inf, 0.0)
+    curve = sum((np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=n, orders=list(LEDGER_ORDERS)))
+                 for sigma, q, n in history if n > 0), np.zeros(len(LEDGER_ORDERS)))
+    return Spend.from_rdp(np.where(np.isnan(curve), np.inf, curve), epsilon, delta)
 
 
 def _rdp_epsilon(history, delta):

@@ -1,6 +1,11 @@
 """A privacy budget ledger shared by every fit that touches the same data.
 
-Fits record what they spent (basic composition: epsilons and deltas add).
+Fits record what they spent: each spend's (epsilon, delta), its adjacency and, when its mechanism has
+one, its RDP curve (:class:`~skdp.privacy.composition.Spend`). The totals compose under one adjacency
+(replace-one as soon as one spend is replace-one). ``composition="rdp"`` (the default for a new
+ledger) makes the caps an RDP privacy filter at one fixed order chosen from the caps (Feldman & Zrnic
+2021): valid when each next fit is chosen after seeing earlier results; ``"basic"`` adds epsilons and
+deltas (ledgers written before RDP curves were recorded open as ``"basic"``).
 A ledger survives ``sklearn.base.clone`` (``__deepcopy__`` returns ``self``)
 so all fits of a ``GridSearchCV`` land in one place.
 
@@ -36,6 +41,7 @@ recorded only under an infinite cap.
 """
 import contextlib
 import hashlib
+import json
 import math
 import numbers
 import os
@@ -47,6 +53,9 @@ import time
 
 from ..exceptions import BudgetExceededError, LedgerDetachedError, LedgerUnavailableError
 from .accounting import check_real
+from .composition import Spend, basic, common_adjacency, compose, filter_order, rdp_epsilon
+
+COMPOSITIONS = ("rdp", "basic")
 
 # Relative slack on the caps: spending exactly the remainder must pass even though
 # sum(spends) may round one ulp above the cap.
@@ -61,8 +70,64 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL)",
 )
 # Columns added after the first release; older files get them on open (NULL for old rows).
-_EXTRA_COLUMNS = (("estimator", "TEXT"), ("params_digest", "TEXT"), ("host", "TEXT"))
-RECORD_FIELDS = ("time", "epsilon", "delta", "label", "estimator", "params_digest", "host")
+_EXTRA_COLUMNS = (("estimator", "TEXT"), ("params_digest", "TEXT"), ("host", "TEXT"), ("adjacency", "TEXT"),
+                  ("cost", "TEXT"))
+RECORD_FIELDS = ("time", "epsilon", "delta", "label", "estimator", "params_digest", "host", "adjacency", "cost")
+
+
+def _record_spend(record):
+    """The :class:`Spend` of a stored record (an old record, without cost: known only as (epsilon, delta))."""
+    if record.get("cost"):
+        try:
+            return Spend.from_dict(json.loads(record["cost"]))
+        except (ValueError, KeyError, TypeError):
+            pass  # a curve at other orders, or damaged: the record's (epsilon, delta) still hold
+    return Spend(record["epsilon"], record["delta"], record.get("adjacency") or "add/remove")
+
+
+def _check_composition(composition):
+    if composition is not None and composition not in COMPOSITIONS:
+        raise ValueError(f"composition must be one of {COMPOSITIONS} or None, got {composition!r}.")
+    return composition
+
+
+def composed_total(spends, caps, composition):
+    """``(epsilon, delta)`` the ledger reports for ``spends`` under its caps and composition.
+
+    Basic: the sums, under one adjacency. RDP: the tighter of the sums and of
+    the RDP composition converted at the delta cap (at the sum of deltas when
+    the ledger has no caps), at the best order: the cost of the spends as
+    recorded. An epsilon cap without a delta cap filters, and so reports, by
+    basic composition.
+    """
+    spends = list(spends)
+    if composition == "basic" or (math.isfinite(caps[0]) and filter_order(*caps) is None):
+        # (An epsilon cap without a delta cap filters by basic composition: what is reported is what is checked.)
+        adjacency = common_adjacency(spends)
+        return basic([s.under(adjacency) for s in spends])
+    eps, delta, _ = compose(spends, delta=caps[1] if caps[1] < 1 else None)
+    return eps, delta
+
+
+def filter_epsilon(spends, caps, composition):
+    """The epsilon that the filter compares with the cap (and whether the deltas fit).
+
+    Basic: the sum of epsilons, admitted while the deltas' sum fits. RDP: the
+    RDP composition at the filter's fixed order (:func:`filter_order` of the
+    caps) converted at the delta cap, curve-less spends added by basic
+    composition (their deltas taken from the cap first): an RDP filter at one
+    order, valid under adaptive choice (Feldman & Zrnic 2021).
+    """
+    spends = list(spends)
+    adjacency = common_adjacency(spends)
+    spends = [s.under(adjacency) for s in spends]
+    eps_b, delta_b = basic(spends)
+    if composition == "basic":
+        return eps_b, delta_b
+    order = filter_order(*caps)
+    if order is None:  # an infinite epsilon cap (nothing to filter on) or a delta cap of 1
+        return eps_b, basic([s for s in spends if s.rdp is None])[1]
+    return rdp_epsilon(spends, caps[1], order=order), caps[1]
 
 
 def params_digest(params):
@@ -174,7 +239,13 @@ class _SQLiteStore:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"The ledger file {self.path!r} holds invalid caps {rows}: {exc}") from exc
 
-    def open(self, eps_cap, delta_cap):
+    @staticmethod
+    def stored_composition(con):
+        # A file written before RDP curves were recorded has no key: it composes as it always did.
+        row = con.execute("SELECT value FROM meta WHERE key = 'composition_rdp'").fetchone()
+        return "basic" if row is None or row[0] != 1.0 else "rdp"
+
+    def open(self, eps_cap, delta_cap, composition=None):
         """Create the tables, then write the caps (first opener) or compare them (later openers)."""
         with self.transaction(create=True) as con:  # two first openers must not both write caps
             for statement in _SCHEMA:
@@ -183,44 +254,41 @@ class _SQLiteStore:
             for name, kind in _EXTRA_COLUMNS:
                 if name not in have:
                     con.execute(f"ALTER TABLE spends ADD COLUMN {name} {kind}")
+            new = self.stored_caps(con) is None
             stored = _agree_caps(self, self.stored_caps(con), eps_cap, delta_cap,
                                  lambda caps: con.executemany("INSERT INTO meta VALUES (?, ?)",
                                                               [("epsilon", caps[0]), ("delta", caps[1])]))
+            if new:
+                con.execute("INSERT INTO meta VALUES ('composition_rdp', ?)",
+                            (1.0 if (composition or "rdp") == "rdp" else 0.0,))
+            stored_composition = _agree_composition(self, self.stored_composition(con), composition)
             # Files written before the CHECK constraints may hold refills or NaNs (NULL).
             bad = con.execute("SELECT COUNT(*) FROM spends WHERE epsilon IS NULL OR epsilon < 0 "
                               "OR delta IS NULL OR delta < 0 OR delta > 1").fetchone()[0]
             if bad:
                 raise ValueError(f"The ledger file {self.path!r} holds {bad} invalid spends (NaN or "
                                  "negative): its total cannot be trusted. Start a new ledger file.")
-        return stored
+        return stored, stored_composition
 
     @staticmethod
-    def totals(con):
-        return tuple(con.execute("SELECT COALESCE(SUM(epsilon), 0.0), COALESCE(SUM(delta), 0.0) "
-                                 "FROM spends").fetchone())
+    def records_in(con):
+        rows = con.execute(f"SELECT {', '.join(RECORD_FIELDS)} FROM spends ORDER BY rowid").fetchall()
+        return [dict(zip(RECORD_FIELDS, r)) for r in rows]
 
     def spend(self, record, check):
-        """Insert ``record`` and call ``check(new_totals, old_totals, caps)`` in one write transaction."""
+        """Call ``check(records, caps, composition)`` then insert ``record``, in one write transaction."""
         with self.transaction() as con:  # write lock: no other process checks meanwhile
             # The caps come from the file, inside the transaction: this object's attributes
             # could be stale or altered, the file is the data owner's record.
             caps = _require(self, self.stored_caps(con))
-            spent = self.totals(con)
-            con.execute(f"INSERT INTO spends ({', '.join(RECORD_FIELDS)}) VALUES ({', '.join('?' * 7)})",
-                        tuple(record[f] for f in RECORD_FIELDS))
-            # Same query as total(): what is checked is what will be reported.
-            check(self.totals(con), spent, caps)
+            check(self.records_in(con), caps, self.stored_composition(con))  # raises: rolled back
+            con.execute(f"INSERT INTO spends ({', '.join(RECORD_FIELDS)}) VALUES "
+                        f"({', '.join('?' * len(RECORD_FIELDS))})", tuple(record[f] for f in RECORD_FIELDS))
 
     def read(self):
-        """``(caps, totals, records)`` from one snapshot."""
+        """``(caps, records)`` from one snapshot."""
         with self.reading() as con:
-            rows = con.execute(f"SELECT {', '.join(RECORD_FIELDS)} FROM spends ORDER BY rowid").fetchall()
-            return _require(self, self.stored_caps(con)), self.totals(con), [dict(zip(RECORD_FIELDS, r))
-                                                                             for r in rows]
-
-    def read_totals(self):
-        with self.reading() as con:
-            return _require(self, self.stored_caps(con)), self.totals(con)
+            return _require(self, self.stored_caps(con)), self.records_in(con)
 
 
 class _PostgresStore:
@@ -234,6 +302,10 @@ class _PostgresStore:
         "epsilon DOUBLE PRECISION NOT NULL CHECK (epsilon >= 0), "
         "delta DOUBLE PRECISION NOT NULL CHECK (delta >= 0 AND delta <= 1), label TEXT, estimator TEXT, "
         "params_digest TEXT, host TEXT)",
+        # Added with RDP curves; older databases get them on open (NULL: composed as before).
+        "ALTER TABLE skdp_budget ADD COLUMN IF NOT EXISTS composition TEXT",
+        "ALTER TABLE skdp_spends ADD COLUMN IF NOT EXISTS adjacency TEXT",
+        "ALTER TABLE skdp_spends ADD COLUMN IF NOT EXISTS cost TEXT",
     )
 
     def __init__(self, url):
@@ -271,44 +343,41 @@ class _PostgresStore:
                 f"Lost {self.where} ({str(exc).strip() or type(exc).__name__}); nothing was recorded. "
                 "Retry once the server is back: the ledger stays consistent.") from exc
 
-    def open(self, eps_cap, delta_cap):
+    def open(self, eps_cap, delta_cap, composition=None):
         with self.transaction() as con:
             # Two first openers race to create the tables: serialise them on an advisory lock.
             con.execute("SELECT pg_advisory_xact_lock(7355608)")
             for statement in self._DDL:
                 con.execute(statement)
-            row = con.execute("SELECT epsilon, delta FROM skdp_budget WHERE id = 1").fetchone()
+            row = con.execute("SELECT epsilon, delta, composition FROM skdp_budget WHERE id = 1").fetchone()
             stored = None if row is None else (_check_cap_epsilon(row[0]), _check_cap_delta(row[1]))
-            return _agree_caps(self, stored, eps_cap, delta_cap, lambda caps: con.execute(
-                "INSERT INTO skdp_budget (id, epsilon, delta) VALUES (1, %s, %s)", caps))
+            caps = _agree_caps(self, stored, eps_cap, delta_cap, lambda caps: con.execute(
+                "INSERT INTO skdp_budget (id, epsilon, delta, composition) VALUES (1, %s, %s, %s)",
+                (*caps, composition or "rdp")))
+            kept = (composition or "rdp") if row is None else (row[2] or "basic")
+            return caps, _agree_composition(self, kept, composition)
+
+    @staticmethod
+    def _records(con):
+        rows = con.execute(f"SELECT {', '.join(RECORD_FIELDS)} FROM skdp_spends ORDER BY id").fetchall()
+        return [dict(zip(RECORD_FIELDS, r)) for r in rows]
 
     def spend(self, record, check):
         with self.transaction() as con:
-            # The row lock: every other spender waits here until this transaction ends.
-            row = con.execute("SELECT epsilon, delta, spent_epsilon, spent_delta FROM skdp_budget "
-                              "WHERE id = 1 FOR UPDATE").fetchone()
+            # The row lock: every other spender waits here until this transaction ends, so the
+            # records read below are all there are when this spend is checked and written.
+            row = con.execute("SELECT epsilon, delta, composition FROM skdp_budget WHERE id = 1 FOR UPDATE").fetchone()
             caps = _require(self, None if row is None else (row[0], row[1]))
-            spent = (row[2], row[3])
-            new = con.execute("UPDATE skdp_budget SET spent_epsilon = spent_epsilon + %s, "
-                              "spent_delta = spent_delta + %s WHERE id = 1 RETURNING spent_epsilon, spent_delta",
-                              (record["epsilon"], record["delta"])).fetchone()
-            check(tuple(new), spent, caps)  # raises: the transaction rolls back, nothing recorded
+            check(self._records(con), caps, row[2] or "basic")  # raises: rolled back, nothing recorded
+            con.execute("UPDATE skdp_budget SET spent_epsilon = spent_epsilon + %s, "
+                        "spent_delta = spent_delta + %s WHERE id = 1", (record["epsilon"], record["delta"]))
             con.execute(f"INSERT INTO skdp_spends ({', '.join(RECORD_FIELDS)}) VALUES "
-                        f"({', '.join(['%s'] * 7)})", tuple(record[f] for f in RECORD_FIELDS))
+                        f"({', '.join(['%s'] * len(RECORD_FIELDS))})", tuple(record[f] for f in RECORD_FIELDS))
 
     def read(self):
         with self.transaction() as con:
-            caps, totals = self._caps_totals(con)
-            rows = con.execute(f"SELECT {', '.join(RECORD_FIELDS)} FROM skdp_spends ORDER BY id").fetchall()
-            return caps, totals, [dict(zip(RECORD_FIELDS, r)) for r in rows]
-
-    def read_totals(self):
-        with self.transaction() as con:
-            return self._caps_totals(con)
-
-    def _caps_totals(self, con):
-        row = con.execute("SELECT epsilon, delta, spent_epsilon, spent_delta FROM skdp_budget WHERE id = 1").fetchone()
-        return _require(self, None if row is None else (row[0], row[1])), (row[2], row[3])
+            row = con.execute("SELECT epsilon, delta FROM skdp_budget WHERE id = 1").fetchone()
+            return _require(self, None if row is None else (row[0], row[1])), self._records(con)
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -350,6 +419,15 @@ def _agree_caps(store, stored, eps_cap, delta_cap, write):
     return stored
 
 
+def _agree_composition(store, stored, asked):
+    """The stored composition, refusing another asked one (a filter cannot be changed by reopening it)."""
+    if asked is not None and asked != stored:
+        raise ValueError(f"{store.where[0].upper()}{store.where[1:]} composes spends by {stored!r}; this "
+                         f"BudgetLedger asks for composition={asked!r}. Open it with composition=None "
+                         "(or the stored one), or use a new ledger.")
+    return stored
+
+
 def _store_from_url(url):
     """The storage of a ledger URL: ``sqlite:///path`` or ``postgresql://...`` (registry by scheme)."""
     if not isinstance(url, str):
@@ -374,11 +452,25 @@ class BudgetLedger:
     """Total budget, spends and what remains.
 
     The data owner's caps (``epsilon``, ``delta``) on everything released
-    about one data set, and the record of what each fit spent. Spends
-    compose by basic composition: a sequence of (epsilon_i, delta_i)-DP
-    releases is (sum epsilon_i, sum delta_i)-DP, so the ledger sums them and
-    refuses (``BudgetExceededError``, before any noise is drawn) a spend that
-    would take a total past its cap. Check and record are one atomic step,
+    about one data set, and the record of what each fit spent: its (epsilon,
+    delta), adjacency and, when its mechanism has one, its RDP curve
+    (:class:`~skdp.privacy.composition.Spend`). The ledger refuses
+    (``BudgetExceededError``, before any noise is drawn) a spend that would
+    take the composed total past a cap.
+
+    - ``composition="rdp"`` (default for a new ledger): the caps are an RDP
+      privacy filter (Feldman & Zrnic 2021) at one order fixed from the caps
+      (``filter_order``): a spend is admitted while the RDP composition of
+      all spends at that order, converted at the delta cap, is within the
+      epsilon cap. Valid when each next fit is chosen after seeing earlier
+      results. Ten DP-SGD fits at epsilon 1 compose to about 3.6 instead of
+      10. It needs a delta cap below 1 (else it filters as ``"basic"``).
+    - ``composition="basic"``: a sequence of (epsilon_i, delta_i)-DP releases
+      is (sum epsilon_i, sum delta_i)-DP. Exact for one spend; ledgers written
+      before RDP curves were recorded open as ``"basic"``.
+
+    Totals are stated under one adjacency: add/remove, or replace-one (the
+    add/remove spends converted) once a replace-one spend is recorded. Check and record are one atomic step,
     across threads, and across processes for a stored ledger (SQLite file or
     PostgreSQL server). Estimators take it as their ``ledger`` parameter; it
     survives ``sklearn.base.clone``, so every fit of a search is charged to
@@ -405,11 +497,17 @@ class BudgetLedger:
         opener writes the caps; a later opener passing different caps is
         refused (a budget cannot be raised by reopening it). None (and no
         ``url``) keeps the ledger in this process's memory.
+    composition : {"rdp", "basic"} or None, default=None
+        How spends compose against the caps (see above). None: the one
+        stored with the ledger, else ``"rdp"``. Stored with the caps: a later
+        opener asking for another is refused.
 
     Attributes
     ----------
     epsilon, delta : float
         The caps (read-only; for a stored ledger, those stored).
+    composition : str
+        ``"rdp"`` or ``"basic"`` (read-only; for a stored ledger, the one stored).
     path : str or None
         Absolute path of the SQLite file.
     url : str or None
@@ -434,7 +532,7 @@ class BudgetLedger:
     Examples
     --------
     >>> from skdp.privacy import BudgetLedger
-    >>> ledger = BudgetLedger(epsilon=3.0, delta=1e-5)
+    >>> ledger = BudgetLedger(epsilon=3.0, delta=1e-5, composition="basic")
     >>> ledger.spend(1.0, 1e-6, label="first fit")
     >>> ledger.remaining()
     (2.0, 9e-06)
@@ -453,9 +551,10 @@ class BudgetLedger:
     (1.0, 1e-06)
     """
 
-    def __init__(self, url=None, *, epsilon=None, delta=None, path=None):
+    def __init__(self, url=None, *, epsilon=None, delta=None, path=None, composition=None):
         eps_cap = None if epsilon is None else _check_cap_epsilon(epsilon)
         delta_cap = None if delta is None else _check_cap_delta(delta)
+        _check_composition(composition)
         if url is not None and path is not None:
             raise ValueError("Give url= or path=, not both (path='budget.db' is url='sqlite:///budget.db').")
         self.url = url
@@ -471,8 +570,9 @@ class BudgetLedger:
         if self._store is None:
             self._epsilon = math.inf if eps_cap is None else eps_cap
             self._delta = 1.0 if delta_cap is None else delta_cap
+            self._composition = composition or "rdp"
         else:
-            self._epsilon, self._delta = self._store.open(eps_cap, delta_cap)
+            (self._epsilon, self._delta), self._composition = self._store.open(eps_cap, delta_cap, composition)
 
     @property
     def epsilon(self):
@@ -484,12 +584,21 @@ class BudgetLedger:
         """Total delta allowed (float, read-only)."""
         return self._delta
 
-    # ---- in-memory storage --------------------------------------------------------------
-    @staticmethod
-    def _sum(entries):
-        # The one summation used both to check a spend and to report totals, so that what
-        # was checked is exactly what is reported.
-        return (sum((e["epsilon"] for e in entries), 0.0), sum((e["delta"] for e in entries), 0.0))
+    @property
+    def composition(self):
+        """How spends compose against the caps, ``"rdp"`` or ``"basic"`` (str, read-only)."""
+        return self._composition
+
+    @property
+    def filter_order(self):
+        """The RDP order of the privacy filter (float), or None when it filters by basic composition."""
+        return filter_order(self.epsilon, self.delta) if self.composition == "rdp" else None
+
+    def _caps_records(self):
+        if self._store is None:
+            with self._lock:
+                return (self.epsilon, self.delta), [dict(e) for e in self._entries]
+        return self._store.read()
 
     def _require_attached(self):
         if self._store is None and (self._detached or os.getpid() != self._owner_pid):
@@ -512,10 +621,7 @@ class BudgetLedger:
             ``params_digest`` (a short SHA-256 of the estimator's parameters)
             and ``host``.
         """
-        if self._store is None:
-            with self._lock:
-                return [dict(e) for e in self._entries]
-        return self._store.read()[2]
+        return self._caps_records()[1]
 
     def to_frame(self):
         """The records as a pandas DataFrame (one row per spend; needs pandas).
@@ -536,19 +642,23 @@ class BudgetLedger:
         return [(r["epsilon"], r["delta"], r["label"]) for r in self.records()]
 
     def total(self):
-        """``(epsilon, delta)`` spent so far, by basic composition (sums of the spends).
+        """``(epsilon, delta)`` spent so far, composed under one adjacency.
+
+        ``"basic"``: the sums of the spends. ``"rdp"``: the tighter of the
+        sums and of the RDP composition of the recorded spends converted at
+        the delta cap (at the sum of deltas when there is no delta cap), at
+        the best order. Under adaptive choice the ledger's guarantee is its
+        cap, which its filter enforces (see the class docstring).
 
         Returns
         -------
         epsilon : float
-            Sum of the epsilons spent (``inf`` if a fit without noise was recorded).
+            Composed epsilon (``inf`` if a fit without noise was recorded).
         delta : float
-            Sum of the deltas spent.
+            Its delta.
         """
-        if self._store is None:
-            with self._lock:
-                return self._sum(self._entries)
-        return tuple(self._store.read_totals()[1])
+        caps, records = self._caps_records()
+        return composed_total(map(_record_spend, records), caps, self.composition)
 
     def remaining(self):
         """``(epsilon, delta)`` still allowed: cap minus total, at least 0 (inf under an inf cap).
@@ -566,14 +676,21 @@ class BudgetLedger:
         return tuple(math.inf if math.isinf(cap) else max(cap - spent, 0.0)
                      for cap, spent in ((self.epsilon, eps), (self.delta, delta)))
 
-    def _raise_exceeded(self, epsilon, delta, spent, caps):
-        raise BudgetExceededError(
-            f"Privacy budget exceeded: spending (epsilon={epsilon:.4g}, delta={delta:.3g}) on top "
-            f"of (epsilon={spent[0]:.4g}, delta={spent[1]:.3g}) already spent would pass the "
-            f"total (epsilon={caps[0]:.4g}, delta={caps[1]:.3g})."
-        )
+    def _check_records(self, cost, records, caps, composition):
+        """Raise ``BudgetExceededError`` if ``cost`` on top of ``records`` passes the caps (the filter's rule)."""
+        before = [_record_spend(r) for r in records]
+        after = filter_epsilon(before + [cost], caps, composition)
+        if _over(after, caps):
+            spent = composed_total(before, caps, composition)
+            how = (f"composed by RDP at order {filter_order(*caps):g}, the filter's" if composition == "rdp"
+                   and filter_order(*caps) is not None else "composed by basic composition")
+            raise BudgetExceededError(
+                f"Privacy budget exceeded: spending (epsilon={cost.epsilon:.4g}, delta={cost.delta:.3g}, "
+                f"{cost.adjacency}) on top of (epsilon={spent[0]:.4g}, delta={spent[1]:.3g}) already spent "
+                f"would pass the total (epsilon={caps[0]:.4g}, delta={caps[1]:.3g}) ({how}: "
+                f"epsilon {after[0]:.4g}, delta {after[1]:.3g}).")
 
-    def check(self, epsilon, delta):
+    def check(self, epsilon, delta, *, cost=None):
         """Raise ``BudgetExceededError`` if spending ``(epsilon, delta)`` would overdraw.
 
         A check only; use ``spend`` to check and record atomically.
@@ -584,6 +701,9 @@ class BudgetLedger:
             Epsilon of the planned spend, >= 0 (inf allowed).
         delta : float
             Delta of the planned spend, in [0, 1].
+        cost : Spend or None, default=None
+            The spend with its adjacency and RDP curve; None: known only as
+            ``(epsilon, delta)``, add/remove.
 
         Raises
         ------
@@ -594,17 +714,12 @@ class BudgetLedger:
         LedgerDetachedError
             On a detached copy of an in-memory ledger.
         """
-        epsilon, delta = _check_spend(epsilon, delta)
+        cost = _cost(epsilon, delta, cost)
         self._require_attached()
-        if self._store is None:
-            with self._lock:
-                spent, caps = self._sum(self._entries), (self.epsilon, self.delta)
-        else:
-            caps, spent = self._store.read_totals()
-        if _over((spent[0] + epsilon, spent[1] + delta), caps):
-            self._raise_exceeded(epsilon, delta, spent, caps)
+        caps, records = self._caps_records()
+        self._check_records(cost, records, caps, self.composition)
 
-    def spend(self, epsilon, delta, label="", *, estimator=None, params=None):
+    def spend(self, epsilon, delta, label="", *, estimator=None, params=None, cost=None):
         """Check and record a spend atomically (across processes for a stored ledger).
 
         Parameters
@@ -621,6 +736,9 @@ class BudgetLedger:
             Name of the estimator that spent it (recorded).
         params : dict or None, default=None
             Its parameters; a digest of them is recorded (``params_digest``).
+        cost : Spend or None, default=None
+            The spend with its adjacency and RDP curve (what estimators
+            record); None: known only as ``(epsilon, delta)``, add/remove.
 
         Raises
         ------
@@ -633,23 +751,19 @@ class BudgetLedger:
         LedgerUnavailableError
             If the PostgreSQL server is lost; nothing is recorded.
         """
-        epsilon, delta = _check_spend(epsilon, delta)
-        record = {"time": time.time(), "epsilon": epsilon, "delta": delta, "label": str(label),
+        cost = _cost(epsilon, delta, cost)
+        record = {"time": time.time(), "epsilon": cost.epsilon, "delta": cost.delta, "label": str(label),
                   "estimator": None if estimator is None else str(estimator),
-                  "params_digest": params_digest(params), "host": socket.gethostname()}
+                  "params_digest": params_digest(params), "host": socket.gethostname(),
+                  "adjacency": cost.adjacency, "cost": json.dumps(cost.to_dict())}
         self._require_attached()
-
-        def check(new_totals, old_totals, caps):
-            # Check the totals that will be reported after the spend, not a re-derivation.
-            if _over(new_totals, caps):
-                self._raise_exceeded(epsilon, delta, old_totals, caps)
-
         if self._store is None:
             with self._lock:
-                check(self._sum(self._entries + [record]), self._sum(self._entries), (self.epsilon, self.delta))
+                self._check_records(cost, self._entries, (self.epsilon, self.delta), self.composition)
                 self._entries.append(record)
             return
-        self._store.spend(record, check)
+        self._store.spend(record, lambda records, caps, composition: self._check_records(
+            cost, records, caps, composition))
 
     # ---- copies -------------------------------------------------------------------------
     def __deepcopy__(self, memo):
@@ -680,11 +794,24 @@ class BudgetLedger:
         eps, delta = self.total()
         detached = ", detached" if self._store is None and self._detached else ""
         where = f"url={_redact(self.url)!r}" if self.url is not None else f"path={self.path!r}"
-        return (f"BudgetLedger(epsilon={self.epsilon}, delta={self.delta}, "
+        return (f"BudgetLedger(epsilon={self.epsilon}, delta={self.delta}, composition={self.composition!r}, "
                 f"spent=({eps:.4g}, {delta:.3g}), {where}{detached})")
 
 
-def charge(ledger, epsilon, delta, label):
+def _cost(epsilon, delta, cost):
+    """The :class:`Spend` to record: ``cost`` (its epsilon and delta must be those given), else (epsilon, delta)."""
+    epsilon, delta = _check_spend(epsilon, delta)
+    if cost is None:
+        return Spend(epsilon, delta)
+    if not isinstance(cost, Spend):
+        raise TypeError(f"cost must be a skdp.privacy.composition.Spend or None, got {type(cost).__name__}.")
+    if (cost.epsilon, cost.delta) != (epsilon, 0.0 if math.isinf(epsilon) else delta):
+        raise ValueError(f"cost states (epsilon={cost.epsilon!r}, delta={cost.delta!r}) but the spend is "
+                         f"(epsilon={epsilon!r}, delta={delta!r}).")
+    return cost
+
+
+def charge(ledger, epsilon, delta, label, cost=None):
     """Spend ``(epsilon, delta)`` on ``ledger`` if there is one.
 
     Parameters
@@ -698,9 +825,14 @@ def charge(ledger, epsilon, delta, label):
         with ``delta > 0`` is recorded.
     label : str
         What spent it.
+    cost : Spend or None, default=None
+        The spend with its adjacency and RDP curve, when the mechanism knows them.
     """
     if ledger is None:
         return
     if all(isinstance(v, numbers.Real) and not isinstance(v, bool) and v == 0 for v in (epsilon, delta)):
         return
-    ledger.spend(epsilon, delta, label)
+    if cost is None:
+        ledger.spend(epsilon, delta, label)
+    else:
+        ledger.spend(epsilon, delta, label, cost=cost)

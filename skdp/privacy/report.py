@@ -9,19 +9,23 @@ After ``fit`` every skdp estimator that touches private data reports
   fresh secret noise (not :func:`~skdp.utils.random.insecure_noise_seed`),
   a certified mechanism, and no privacy-relevant value (bounds, label set)
   read from the private data without paying for it.
-- ``privacy_notes_``: why not, when it is False (empty when certified).
+- ``privacy_notes_``: why not, when it is False (empty when certified);
+- ``privacy_cost_``: the same (epsilon, delta) as a
+  :class:`~skdp.privacy.composition.Spend`, with its adjacency and, when the
+  mechanism has one, its RDP curve: what compositions add up.
 """
 import math
 from typing import Iterable
 
 from ..exceptions import warn_privacy
 from ..utils import taps
+from .composition import Spend, compose
 from ..utils.steps import nested_estimators
 
 
 def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
-                           read_from_data: Iterable[str] = ()):
-    """Set ``epsilon_``, ``delta_``, ``privacy_certified_`` and ``privacy_notes_`` on a fitted estimator.
+                           read_from_data: Iterable[str] = (), cost=None):
+    """Set ``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_`` and ``privacy_cost_``.
 
     The one place where an estimator's privacy report is decided, so that the
     four attributes mean the same for every skdp estimator (and for an
@@ -45,6 +49,10 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
     read_from_data : iterable of str, default=()
         Privacy-relevant values that were read from the private data without
         paying for them (e.g. ``"bounds"``, ``"classes"``).
+    cost : Spend or None, default=None
+        The spend with its adjacency and RDP curve
+        (:class:`~skdp.privacy.composition.Spend`); None: known only as
+        ``(epsilon, delta)`` under add/remove adjacency.
 
     Returns
     -------
@@ -79,16 +87,28 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
     estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
     estimator.privacy_certified_ = not notes
     estimator.privacy_notes_ = tuple(notes)
+    if cost is None or (cost.epsilon, cost.delta) != (estimator.epsilon_, estimator.delta_):
+        adjacency = "add/remove" if cost is None else cost.adjacency
+        try:
+            cost = Spend.approx(estimator.epsilon_, estimator.delta_, adjacency)
+        except ValueError:  # an uncertified claim that is no (epsilon, delta) at all (NaN)
+            cost = None
+    estimator.privacy_cost_ = cost
     return estimator
 
 
 def privacy_spent(estimator) -> tuple[float, float, bool]:
-    """``(epsilon, delta, certified)`` of a fitted estimator or composition, by basic composition.
+    """``(epsilon, delta, certified)`` of a fitted estimator or composition, under one adjacency.
 
-    Sums ``epsilon_`` and ``delta_`` over the steps that spend privacy, in
-    Pipelines, ``ColumnTransformer`` and ``FeatureUnion`` to any depth
-    (FrozenEstimator steps were fitted elsewhere and are counted where they
-    were fitted: not here); the total delta is capped at 1. A fitted
+    Composes the spends of the steps that spend privacy, in Pipelines,
+    ``ColumnTransformer`` and ``FeatureUnion`` to any depth (FrozenEstimator
+    steps were fitted elsewhere and are counted where they were fitted: not
+    here): the tighter of basic composition (epsilons and deltas add, delta
+    capped at 1) and RDP composition at the same delta
+    (:func:`~skdp.privacy.composition.compose`). Every spend is stated under
+    one adjacency: add/remove, or replace-one as soon as one step is
+    replace-one (``DFSRelease``), its add/remove spends converted (group
+    privacy of two; a Gaussian mechanism's doubled sensitivity). A fitted
     ``GridSearchCV`` counts every fit it made (:func:`search_privacy_cost`).
 
     The result is certified only if every step that spent is certified
@@ -146,28 +166,39 @@ def privacy_spent(estimator) -> tuple[float, float, bool]:
     leaks = non_private_steps(estimator)
     if leaks:
         warn_privacy("The composition is NOT certified: " + "; ".join(message for _, message in leaks) + ".")
-    eps, delta, certified = _spent(estimator)
+    spends, certified = _spent(estimator)
+    eps, delta, _ = compose(spends)
     return eps, min(delta, 1.0), certified and not leaks
 
 
+def _cost_of(estimator):
+    """The fitted estimator's :class:`Spend` (its ``privacy_cost_``, else its (epsilon_, delta_), add/remove)."""
+    cost = getattr(estimator, "privacy_cost_", None)
+    if isinstance(cost, Spend):
+        return cost
+    try:
+        return Spend.approx(estimator.epsilon_, estimator.delta_)
+    except (TypeError, ValueError):  # not a number: counts as no guarantee at all
+        return Spend(math.inf, 0.0)
+
+
 def _spent(estimator):
-    """``(epsilon, delta, certified)`` summed over the steps of a composition that spend privacy."""
+    """``(spends, certified)`` of the steps of a composition that spend privacy."""
     from .public_steps import _children, is_fitted_search
 
     if estimator is None or isinstance(estimator, str) or type(estimator).__name__ == "FrozenEstimator":
-        return 0.0, 0.0, True  # a frozen step was fitted (and spent) elsewhere; the composition only applies it
+        return [], True  # a frozen step was fitted (and spent) elsewhere; the composition only applies it
     if hasattr(estimator, "epsilon_"):
-        return estimator.epsilon_, estimator.delta_, getattr(estimator, "privacy_certified_", False)
+        return [_cost_of(estimator)], getattr(estimator, "privacy_certified_", False)
     if is_fitted_search(estimator):
-        from .search import search_privacy_cost
+        from .search import search_costs
 
-        return (*search_privacy_cost(estimator), False)
-    eps = delta = 0.0
-    certified = True
+        return search_costs(estimator), False
+    spends, certified = [], True
     for _, step in _children(estimator) or ():
-        e, d, c = _spent(step)
-        eps, delta, certified = eps + e, delta + d, certified and c
-    return eps, delta, certified
+        s, c = _spent(step)
+        spends, certified = spends + s, certified and c
+    return spends, certified
 
 
 def dp_steps(estimator):

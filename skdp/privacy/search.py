@@ -3,6 +3,7 @@ import math
 
 from sklearn.base import clone
 
+from .composition import Spend, compose
 from .report import dp_steps
 
 
@@ -12,7 +13,9 @@ def planned_spend(estimator, n_samples: int | None = None) -> tuple[float, float
     The estimator is unfitted and may be nested to any depth: every
     estimator in the tree that has an ``epsilon`` parameter is counted (a
     Pipeline's steps, ``TrainOnSynthetic``'s generator, ...), and their
-    spends add up (basic composition). An estimator that plans its fit from
+    spends compose (:func:`~skdp.privacy.composition.compose`: the tighter of
+    basic and RDP composition, under one adjacency: replace-one as soon as a
+    step is replace-one, ``DFSRelease``). An estimator that plans its fit from
     public quantities (``_planned_privacy(n_samples)``, the DP-SGD
     estimators) reports exactly what its accountant will certify; that needs
     ``n_samples`` when ``noise_multiplier`` is set. Otherwise the ``epsilon``
@@ -53,26 +56,38 @@ def planned_spend(estimator, n_samples: int | None = None) -> tuple[float, float
     >>> from skdp.privacy import planned_spend
     >>> pipe = make_pipeline(DFSRelease(4, epsilon=2.0, delta=1e-6),
     ...                      DPFisherClassifier(epsilon=1.0, delta=1e-6))
-    >>> planned_spend(pipe)
-    (3.0, 2e-06)
+    >>> eps, delta = planned_spend(pipe)  # DFSRelease is replace-one: the classifier is converted
+    >>> round(eps, 3), delta
+    (4.123, 2e-06)
     """
-    eps = delta = 0.0
-    for step in dp_steps(estimator):
-        plan = getattr(step, "_planned_privacy", None)
-        params = step.get_params(deep=False)
-        if plan is not None and (n_samples is not None or params.get("noise_multiplier") is not None):
-            if n_samples is None:
-                raise ValueError(
-                    f"{type(step).__name__} has noise_multiplier={params['noise_multiplier']!r}: its spend "
-                    "depends on the number of training records; pass n_samples=len(X).")
-            e, d = plan(n_samples)
-        elif params.get("epsilon") is None:  # declared public (SRGANTransformer without epsilon)
-            e, d = 0.0, 0.0
-        else:
-            e = float(params["epsilon"])
-            d = 0.0 if math.isinf(e) else float(params.get("delta", 0.0))
-        eps, delta = eps + e, delta + d
+    eps, delta, _ = compose(planned_costs(estimator, n_samples))
     return eps, delta
+
+
+def planned_costs(estimator, n_samples=None):
+    """The :class:`~skdp.privacy.composition.Spend` of every DP step of ``estimator``, planned from its parameters.
+
+    A step's own ``_planned_costs(n_samples)`` when it has one (the DP-SGD
+    estimators' RDP curves, ``DPFisherClassifier``'s Gaussian mechanism,
+    ``DFSRelease``'s replace-one adjacency), else its ``epsilon``/``delta``
+    parameters under add/remove adjacency.
+    """
+    costs = []
+    for step in dp_steps(estimator):
+        params = step.get_params(deep=False)
+        if params.get("noise_multiplier") is not None and n_samples is None:
+            raise ValueError(
+                f"{type(step).__name__} has noise_multiplier={params['noise_multiplier']!r}: its spend "
+                "depends on the number of training records; pass n_samples=len(X).")
+        plan = getattr(step, "_planned_costs", None)
+        if params.get("epsilon") is None:  # declared public (SRGANTransformer without epsilon)
+            continue
+        if plan is not None:
+            costs.extend(plan(n_samples))
+            continue
+        e = float(params["epsilon"])
+        costs.append(Spend.approx(e, 0.0 if math.isinf(e) else float(params.get("delta", 0.0))))
+    return costs
 
 
 def _fold_train_sizes(n_samples, n_splits):
@@ -83,11 +98,14 @@ def _fold_train_sizes(n_samples, n_splits):
 
 
 def search_privacy_cost(search, n_samples: int | None = None) -> tuple[float, float]:
-    """Total (epsilon, delta) of a fitted ``GridSearchCV`` / ``RandomizedSearchCV`` by basic composition.
+    """Total (epsilon, delta) of a fitted ``GridSearchCV`` / ``RandomizedSearchCV``, composed.
 
     Every candidate is fitted ``n_splits_`` times, and the best is refitted on
-    all the data: a record may be in all of those fits, so their epsilons and
-    deltas add up. Each fit counts what it certifies: its ``epsilon`` when the
+    all the data: a record may be in all of those fits, so their spends
+    compose: the tighter of basic composition (epsilons and deltas add) and
+    RDP composition at the same delta, under one adjacency
+    (:func:`~skdp.privacy.composition.compose`; the fits are fixed by the
+    grid before any runs). Each fit counts what it certifies: its ``epsilon`` when the
     noise is calibrated to it, or the accountant's epsilon for a fixed
     ``noise_multiplier`` (which needs ``n_samples``, the number of records the
     search was fitted on). Estimators nested anywhere in the candidate (Pipeline
@@ -139,22 +157,26 @@ def search_privacy_cost(search, n_samples: int | None = None) -> tuple[float, fl
     >>> clf = DPFisherClassifier(epsilon=1.0, delta=1e-6, bounds=(0, 1), classes=[0, 1])
     >>> search = GridSearchCV(clf, {"var_smoothing": [1e-2, 1e-1]}, cv=2).fit(X, y)
     >>> eps, delta = search_privacy_cost(search)
-    >>> eps, round(delta, 12)
-    (5.0, 5e-06)
+    >>> round(eps, 3), round(delta, 12)
+    (4.624, 5e-06)
     """
+    eps, delta, _ = compose(search_costs(search, n_samples))
+    return eps, min(delta, 1.0)
+
+
+def search_costs(search, n_samples=None):
+    """The :class:`~skdp.privacy.composition.Spend` of every fit of a fitted search (refit included)."""
     if not hasattr(search, "cv_results_"):
         raise ValueError("search_privacy_cost needs a fitted search (no cv_results_).")
-    eps = delta = 0.0
+    costs = []
     sizes = None if n_samples is None else _fold_train_sizes(int(n_samples), search.n_splits_)
     for params in search.cv_results_["params"]:
         candidate = clone(search.estimator).set_params(**params)
         if sizes is None:
-            e, d = planned_spend(candidate)
-        else:
-            e, d = max((planned_spend(candidate, n) for n in sizes), key=lambda ed: ed[0])
-        eps += search.n_splits_ * e
-        delta += search.n_splits_ * d
+            fit = planned_costs(candidate)
+        else:  # every fold size that stratification allows: each spend's envelope over them
+            fit = [Spend.envelope(c) for c in zip(*(planned_costs(candidate, n) for n in sizes))]
+        costs.extend(fit * search.n_splits_)
     if getattr(search, "refit", False):
-        e, d = planned_spend(clone(search.estimator).set_params(**search.best_params_), n_samples)
-        eps, delta = eps + e, delta + d
-    return eps, min(delta, 1.0)
+        costs.extend(planned_costs(clone(search.estimator).set_params(**search.best_params_), n_samples))
+    return costs
