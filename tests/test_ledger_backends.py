@@ -205,3 +205,62 @@ def test_private_search_on_a_dask_cluster_charges_the_postgres_ledger_once(postg
     records = ledger.records()
     assert len(records) == 1 and records[0]["epsilon"] == pytest.approx(search.epsilon_) and search.epsilon_ <= 4.0
     assert search.predict(X).shape == (400,)
+
+
+# -- RDP curves in every backend (issue 27) -------------------------------------------------------------
+def _rdp_spender(url, n, out):
+    from skdp.privacy.composition import Spend
+
+    ledger, cost, done = BudgetLedger(url), Spend.gaussian(0.3, 1e-6), 0
+    for i in range(n):
+        try:
+            ledger.spend(cost.epsilon, cost.delta, label=f"{os.getpid()}-{i}", cost=cost)
+            done += 1
+        except BudgetExceededError:
+            pass
+    out.put(done)
+
+
+def test_racing_rdp_spenders_fill_the_filter_exactly_and_never_overspend(ledger_url):
+    from skdp.privacy.composition import LEDGER_ORDERS, Spend, rdp_budget
+
+    BudgetLedger(ledger_url, epsilon=3.0, delta=1e-5)
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rdp_spender, args=(ledger_url, 4, out)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    succeeded = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    ledger = BudgetLedger(ledger_url)
+    assert ledger.composition == "rdp" and ledger.filter_order == 8.0
+    # The filter at order 8 admits exactly floor(budget / rdp(8)) identical Gaussian spends, basic only 2.
+    one = Spend.gaussian(0.3, 1e-6).rdp[LEDGER_ORDERS.index(8.0)]
+    fits = int(rdp_budget(8.0, 3.0, 1e-5) // one)
+    assert succeeded == len(ledger.records()) == fits >= 4
+    assert all(r["adjacency"] == "add/remove" and '"rdp": [' in r["cost"] for r in ledger.records())
+    assert ledger.total()[0] <= 3.0 * (1 + 1e-9)
+
+
+def test_a_ledger_file_written_before_rdp_opens_as_basic_and_keeps_its_records(tmp_path):
+    import sqlite3
+
+    from skdp.privacy.composition import Spend
+
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)  # the first release's schema: no composition, adjacency or cost
+    con.execute("CREATE TABLE spends (time REAL, epsilon REAL NOT NULL CHECK (epsilon >= 0), "
+                "delta REAL NOT NULL CHECK (delta >= 0 AND delta <= 1), label TEXT)")
+    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value REAL NOT NULL)")
+    con.executemany("INSERT INTO meta VALUES (?, ?)", [("epsilon", 3.0), ("delta", 1e-5)])
+    con.executemany("INSERT INTO spends VALUES (?, ?, ?, ?)", [(0.0, 1.0, 1e-6, "a"), (0.0, 0.5, 0.0, "b")])
+    con.commit()
+    con.close()
+    ledger = BudgetLedger(path=str(path))
+    assert ledger.composition == "basic" and ledger.total() == pytest.approx((1.5, 1e-6))
+    cost = Spend.gaussian(0.3, 1e-6)
+    ledger.spend(cost.epsilon, cost.delta, cost=cost)  # recorded with its curve, composed as before
+    assert ledger.total() == pytest.approx((1.5 + cost.epsilon, 2e-6))
+    with pytest.raises(ValueError, match="composition='rdp'"):
+        BudgetLedger(path=str(path), composition="rdp")
