@@ -157,8 +157,9 @@ class Upsample(_Resampler):
         Enlargement factor of both height and width.
     method : {"bicubic", "bilinear", "area"}, default="bicubic"
         "area" is nearest-neighbour replication here.
-    output_size : (H, W) or None, default=None
+    output_size : (H, W), (C, H, W) or None, default=None
         Exact output size (e.g. back to 112x92 from 14x11); overrides ``factor``.
+        Resampling keeps the channels: a ``C`` other than the input's is refused.
     image_shape : (H, W) or (C, H, W) or None, default=None
         Needed for flat input ``(n, C*H*W)``.
 
@@ -194,7 +195,13 @@ class Upsample(_Resampler):
 
     def _output_size(self, size):
         if self.output_size is not None:
-            return normalize_image_shape(self.output_size, "Upsample", "output_size")[1:]
+            channels, *hw = normalize_image_shape(self.output_size, "Upsample", "output_size")
+            if len(self.output_size) == 3 and channels != self.image_shape_[0]:
+                raise ValueError(
+                    f"Upsample: output_size={tuple(self.output_size)} asks for {channels} channel(s), but the "
+                    f"images have {self.image_shape_[0]}; resampling changes only height and width. Pass "
+                    f"output_size=({hw[0]}, {hw[1]}).")
+            return tuple(hw)
         return size[0] * self.factor, size[1] * self.factor
 
 

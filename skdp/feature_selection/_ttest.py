@@ -94,7 +94,7 @@ class TTestSelector(TopKSelectorMixin, BaseEstimator):
         X, y = self._validate_Xy(X, y)
         warn_privacy("TTestSelector is a non-private baseline: its selection reveals the data.")
         check_label_types(y, type(self).__name__)
-        self.classes_, codes = encode_labels(np.unique(y), y, type(self).__name__)
+        self.classes_, codes = encode_labels(None, y, type(self).__name__)  # the label set read from y (warns)
         self.scores_ = max_pairwise_t(X, codes, len(self.classes_))
         self._set_support(np.argsort(-self.scores_, kind="stable")[: self.n_features_to_select])
         set_privacy_attributes(self, math.inf, 0.0, certified="a non-private baseline")

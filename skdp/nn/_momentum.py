@@ -22,7 +22,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import (_check_feature_names, _check_y, check_consistent_length, check_is_fitted,
                                       validate_data)
 
-from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
+from ..utils.validation import DPSGD_CONSTRAINTS, Number, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
 from ..exceptions import StreamedDataError, UnsupportedModelError, UnsupportedModuleError
 from ._data import RowSource, as_rows, chunk_rows, is_streamed
@@ -68,11 +68,11 @@ class _DPMomentum(DPSGDEstimator):
 
     _parameter_constraints = {
         **DPSGD_CONSTRAINTS,
-        "lr": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
-        "max_epochs": [StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left")],
+        "lr": [StrOptions({"auto"}), Number(numbers.Real, 0, None, closed="neither")],
+        "max_epochs": [StrOptions({"auto"}), Number(numbers.Integral, 1, None, closed="left")],
         "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
-        "momentum": [Interval(numbers.Real, 0, 1, closed="left")],
-        "max_physical_batch_size": [None, Interval(numbers.Integral, 1, None, closed="left")],
+        "momentum": [Number(numbers.Real, 0, 1, closed="left")],
+        "max_physical_batch_size": [None, Number(numbers.Integral, 1, None, closed="left")],
         "image_shape": [None, tuple],
         "ledger": [None, HasMethods(["spend"])],
         "device": [str, torch.device],
@@ -174,6 +174,9 @@ class _DPMomentum(DPSGDEstimator):
                 self.net_.partial_fit(X, y_enc, epochs=epochs)
             else:
                 self.batch_size_, self.max_epochs_ = self._schedule(n_samples)
+                # The privacy plan first, from public quantities: an unreachable epsilon is refused before any
+                # network is built (the calibration is cached: the net's own plan reuses it).
+                self._planned_privacy(n_samples)
                 self.net_ = self._make_net(X.shape[1:], n_samples, n_outputs)
                 self.net_.fit(X, y_enc, epochs=epochs)
         except StreamedDataError:

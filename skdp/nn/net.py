@@ -44,6 +44,7 @@ from ..privacy.accounting import dpsgd_cost
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
+from ..utils.validation import NET_CHECKED, check_dpsgd_params
 from ._data import RowSource, _Chunks
 from .init import init_parameters
 
@@ -393,6 +394,14 @@ class DPNet(NeuralNet):
         self : DPNet
             The net.
         """
+        # skorch's initialize_callbacks passes callbacks__<name>__<param> to existing callbacks only and drops the
+        # rest without a word (its set_params raises): a parameter for no callback is refused here.
+        names = [name for name, _ in self._uniquely_named_callbacks()]
+        for key in vars(self):
+            target = key[len("callbacks__"):].split("__")[0] if key.startswith("callbacks__") else None
+            if target is not None and target not in names:
+                raise ValueError(f"Trying to set a parameter for callback {target!r} which does not exist "
+                                 f"({key}); the callbacks are {names}.")
         super().initialize_callbacks()
         defaults = dict(self.get_default_callbacks())
         # Trusted: our own defaults, by name and class; everything else sees released quantities only.
@@ -530,6 +539,9 @@ class DPNet(NeuralNet):
             ``(sample_rate, lots_per_epoch, noise_multiplier, epsilon)``, as
             :func:`plan_dpsgd` returns them.
         """
+        # The estimators' constraints, checked here too: max_grad_norm=inf used to train to NaN weights
+        # under a certified epsilon.
+        check_dpsgd_params({name: getattr(self, name) for name in NET_CHECKED}, type(self).__name__)
         sample_rate, n_batches, sigma, projected = plan_dpsgd(
             n_samples, self.batch_size, epochs, self.epsilon, self.delta, self.noise_multiplier,
             self.accounting)

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..exceptions import PrivacyLeakWarning
 from ..nn._estimator import DPSGDEstimator, fill_dp_docs
 from ..imaging import as_images, normalize_image_shape, resample, restore_layout
-from ..utils.validation import PRIVACY_CONSTRAINTS, warn_if_delta_too_large
+from ..utils.validation import PRIVACY_CONSTRAINTS, Number, warn_if_delta_too_large
 from .net import FrozenFeatures, SRGANNet
 from .networks import SCALES, SRGAN
 
@@ -143,7 +143,7 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
         "degradation": [StrOptions({"bicubic", "area"})],
         "pretrain_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
         "gan_epochs": [Interval(numbers.Integral, 0, None, closed="left")],
-        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "batch_size": [Number(numbers.Integral, 1, None, closed="left")],  # refuses True, as DPSGD_CONSTRAINTS
         "lr": [Interval(numbers.Real, 0, None, closed="neither")],
         "gan_lr": [None, Interval(numbers.Real, 0, None, closed="neither")],
         "adversarial_weight": [Interval(numbers.Real, 0, None, closed="left")],
@@ -211,6 +211,9 @@ class SRGANTransformer(TransformerMixin, DPSGDEstimator):
                              "per-example gradient; use norm='group' (or 'auto') with epsilon.")
         if self._private:
             warn_if_delta_too_large(self.delta, len(hr), "SRGANTransformer")
+            # The privacy plan first, from public quantities: an unreachable epsilon is refused before the
+            # images are resampled or a network built (74 s before; the net's own plan reuses the calibration).
+            self._planned_privacy(len(hr))
         self.image_shape_, self.low_res_shape_ = (C, H, W), (C, h, w)
         lr_images = resample(hr, (h, w), self.degradation)
         output_size = None if (h * self.scale, w * self.scale) == (H, W) else (H, W)
