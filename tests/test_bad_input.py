@@ -179,3 +179,18 @@ def test_unreachable_epsilon_is_decided_before_any_search(monkeypatch):
     assert compute_epsilon(sigma, 0.01, 1000, 1e-5) <= target
     with pytest.raises(ValueError, match="least epsilon reachable"):
         calibration.calibrate_noise_multiplier(least * 0.99, 1e-5, 0.01, 1000)
+
+
+@pytest.mark.parametrize("name", ["DPMomentumClassifier", "DPMomentumRegressor", "SRGANTransformer"])
+def test_unreachable_epsilon_is_refused_before_anything_is_built(name, monkeypatch):
+    # SRGANTransformer(epsilon=1e-12) resampled the images and built its networks, then searched for 82 s.
+    from skdp.nn._momentum import _DPMomentum
+    from skdp.superres import srgan
+
+    def built(*args, **kwargs):
+        raise AssertionError("built before the privacy plan")
+    monkeypatch.setattr(_DPMomentum, "_make_net", built)
+    monkeypatch.setattr(srgan.SRGANTransformer, "_make_net", built)
+    monkeypatch.setattr(srgan, "resample", built)
+    with pytest.raises(ValueError, match="Cannot reach epsilon.*least epsilon reachable"):
+        _dp_sgd(name, epsilon=1e-12, lr=0.1)
