@@ -41,14 +41,14 @@ def main():
     X = X / 8.0 - 1.0
     Xtr, _, ytr, _ = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
     t0 = time.time()
-    ledger = BudgetLedger(delta=1e-5)
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-5)
     clf = DPMomentumClassifier(epsilon=1.0, delta=1e-5, classes=np.arange(10), ledger=ledger)
     GridSearchCV(clf, {"momentum": [0.0, 0.5, 0.9]}, cv=3).fit(Xtr, ytr)
     records = ledger.records()
     added = np.cumsum([r["epsilon"] for r in records])
     composed = []
     for k in range(1, len(records) + 1):
-        partial = BudgetLedger(delta=1e-5)
+        partial = BudgetLedger(epsilon=100.0, delta=1e-5)
         for r in records[:k]:
             from skdp.privacy.ledger import _record_spend
             c = _record_spend(r)

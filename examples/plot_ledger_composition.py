@@ -23,9 +23,9 @@ from skdp.privacy.search import planned_costs
 (cost,) = planned_costs(DPMomentumClassifier(epsilon=1.0, delta=1e-5), n_samples=1437)
 
 # %%
-# An uncapped ledger with a delta target of 1e-5 reports, after each fit, the tighter of the sum of
-# epsilons and the RDP composition converted at that delta.
-ledger = BudgetLedger(delta=1e-5)
+# A ledger with a delta cap of 1e-5 (and a generous epsilon cap) reports, after each fit, the tighter of
+# the sum of epsilons and the RDP composition converted at that delta.
+ledger = BudgetLedger(epsilon=100.0, delta=1e-5)
 added, composed = [], []
 for fit in range(30):
     ledger.spend(cost.epsilon, cost.delta, label=f"fit {fit}", cost=cost)

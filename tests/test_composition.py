@@ -46,7 +46,7 @@ def test_replace_one_and_add_remove_are_composed_under_replace_one():
 
 @pytest.mark.parametrize("composition", ["rdp", "basic"])
 def test_the_ledger_composes_mixed_adjacency_under_replace_one(composition):
-    ledger = BudgetLedger(composition=composition)
+    ledger = BudgetLedger(composition=composition, adjacency="replace-one")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         make_pipeline(DFSRelease(3, epsilon=2.0, delta=1e-6, bounds=(0, 1), classes=[0, 1], ledger=ledger),
@@ -89,7 +89,7 @@ def test_replace_one_conversions():
 # -- issue 27: RDP composition and the privacy filter -----------------------------------------------------
 def test_ten_dpsgd_fits_compose_to_at_most_4():
     # A GridSearchCV of 3 candidates x 3 folds + refit at epsilon 1 on digits: 10 fits (today 10.0).
-    ledger = BudgetLedger(epsilon=math.inf, delta=1e-5)
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-5)  # (a finite cap: the filter converts at the delta cap)
     for _ in range(10):
         cost = dpsgd_cost([DIGITS_FIT], 1.0, 1e-5)
         ledger.spend(cost.epsilon, cost.delta, cost=cost)
@@ -128,7 +128,7 @@ def test_filter_order_is_fixed_by_the_caps_alone():
 
 
 def test_real_fits_record_their_rdp_curves_and_a_search_composes():
-    ledger = BudgetLedger(delta=1e-5)
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-5)
     # A fixed noise multiplier: calibrating to epsilon at q = 0.5 costs seconds per fit.
     clf = DPMomentumClassifier(noise_multiplier=2.0, delta=1e-6, classes=[0, 1], max_epochs=2, batch_size=10,
                                ledger=ledger)
@@ -174,3 +174,86 @@ def test_composed_total_is_between_the_largest_spend_and_basic_composition(specs
     for (e, kind) in specs:
         if kind == "gaussian":
             assert eps >= gaussian_dp_epsilon(gaussian_dp_mu(e, delta), total_delta) * (1 - 1e-9)
+
+
+# -- second review (tests first; each failed before the fix) ------------------------------------------------
+def test_a_pure_dp_budget_refuses_spends_with_a_delta():
+    ledger = BudgetLedger(epsilon=10.0, delta=0.0)
+    cost = dpsgd_cost([DIGITS_FIT], 1.0, 1e-5)
+    with pytest.raises(BudgetExceededError):
+        ledger.spend(cost.epsilon, cost.delta, cost=cost)
+    assert ledger.total() == (0.0, 0.0)
+
+
+def _admitted(spends, caps=(1.0, 1e-5)):
+    ledger = BudgetLedger(epsilon=caps[0], delta=caps[1])
+    try:
+        for s in spends:
+            ledger.spend(s.epsilon, s.delta, cost=s)
+    except BudgetExceededError:
+        return False
+    return True
+
+
+def test_the_filter_holds_when_curveless_deltas_are_chosen_adaptively():
+    # The reviewer's analyst: a Gaussian release G1 (mu1); having seen y1, either a curve-less (0, D) leak
+    # (with probability D, reveal the record) or a second Gaussian G2 with the largest mu2 the ledger admits.
+    # The exact delta of the adaptive interaction at the epsilon cap is int max(A(y), B(y)) dy. It was
+    # 1.167e-5 against a cap of 1e-5 when curve-less deltas shrank the RDP part's conversion delta.
+    from scipy.stats import norm
+
+    eps_cap, delta_cap, mu1 = 1.0, 1e-5, 0.2
+    g1 = Spend.gaussian(mu1, delta_cap / 4)
+    worst = 0.0
+    for D in (0.49 * delta_cap, 0.9 * delta_cap, 0.99 * delta_cap):
+        if not _admitted([g1, Spend.approx(0.0, D)]):
+            continue  # the leak is refused: path A does not exist
+        lo, hi = 0.0, 2.0  # the largest mu2 admitted after g1 (bisection on the ledger itself)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _admitted([g1, Spend.gaussian(mid, delta_cap / 4)]) else (lo, mid)
+        mu2 = lo
+        y = np.linspace(-12, 12 + mu1, 200001)
+        dy = y[1] - y[0]
+        p, q = norm.pdf(y, mu1), norm.pdf(y)
+        loss1 = y * mu1 - mu1 ** 2 / 2
+        e = eps_cap - loss1
+        b = norm.cdf(-e / mu2 + mu2 / 2) - np.exp(e) * norm.cdf(-e / mu2 - mu2 / 2)
+        a = p * D + (1 - D) * np.maximum(p - np.exp(eps_cap) * q, 0)
+        worst = max(worst, float(np.maximum(a, p * b).sum() * dy))
+    assert worst <= delta_cap * (1 + 1e-3)
+
+
+def test_the_adjacency_of_a_ledger_is_fixed_when_it_is_created():
+    # An add/remove ledger filled by add/remove spends, then a replace-one spend, would hold no guarantee
+    # under either adjacency: it refuses the replace-one spend, naming the fix; a replace-one ledger
+    # converts every spend from the first.
+    ledger = BudgetLedger(epsilon=2.0, delta=1e-5)
+    g = Spend.gaussian(0.2, 1e-6)
+    ledger.spend(g.epsilon, g.delta, cost=g)
+    with pytest.raises(ValueError, match="adjacency='replace-one'"):
+        ledger.spend(0.1, 1e-7, cost=Spend.approx(0.1, 1e-7, "replace-one"))
+    assert len(ledger.records()) == 1
+    r1 = BudgetLedger(epsilon=2.0, delta=1e-5, adjacency="replace-one")
+    r1.spend(g.epsilon, g.delta, cost=g)
+    assert r1.total()[0] >= gaussian_dp_epsilon(0.4, 1e-5)  # the doubled sensitivity, at the ledger's delta
+
+
+def test_search_cost_uses_curves_only_for_kfold_training_sizes():
+    from sklearn.model_selection import ShuffleSplit
+
+    clf = DPMomentumClassifier(epsilon=1.0, delta=1e-6, classes=[0, 1], max_epochs=1, batch_size=20)
+    search = GridSearchCV(clf, {"lr": [0.05]}, cv=ShuffleSplit(2, train_size=40, random_state=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search.fit(X, Y)
+    # Training sizes other than K-fold's: each fit counts its certified epsilon (valid at any size).
+    eps, _ = search_privacy_cost(search, n_samples=len(X))
+    assert eps == pytest.approx(3.0, rel=1e-3)  # two folds at their epsilon 1, the refit's plan (0.99993)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        nm = GridSearchCV(clf.set_params(noise_multiplier=2.0), {"lr": [0.05]},
+                          cv=ShuffleSplit(2, train_size=40, random_state=0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nm.fit(X, Y)
+        search_privacy_cost(nm, n_samples=len(X))

@@ -44,7 +44,7 @@ def test_calibration_inf_means_no_noise():
 
 
 def test_ledger_spends_and_refuses_overdraft():
-    ledger = BudgetLedger(epsilon=2.0, delta=1e-5)
+    ledger = BudgetLedger(epsilon=2.0, delta=1e-5, composition="basic")  # an RDP ledger: tests/test_composition.py
     ledger.spend(1.5, 5e-6, "a")
     assert ledger.remaining() == pytest.approx((0.5, 5e-6))
     with pytest.raises(BudgetExceededError, match="exceeded"):

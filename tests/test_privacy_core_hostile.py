@@ -136,7 +136,7 @@ def test_sqlite_ledger_refuses_second_opener_with_other_cap(tmp_path):
 
 def test_sqlite_ledger_adopts_stored_cap(tmp_path):
     path = str(tmp_path / "budget.db")
-    BudgetLedger(epsilon=2.0, delta=1e-5, path=path)
+    BudgetLedger(epsilon=2.0, delta=1e-5, path=path, composition="basic")  # one exact spend: basic
     other = BudgetLedger(path=path)
     assert (other.epsilon, other.delta) == (2.0, 1e-5)
     assert BudgetLedger(epsilon=2.0, delta=1e-5, path=path).epsilon == 2.0  # same caps: fine

@@ -45,6 +45,11 @@ ADJACENCIES = ("add/remove", "replace-one")
 # Fixed orders of the ledger's RDP curves: closed under doubling (each order's double is here, up to 1024),
 # for Mironov's group bound rdp'(a) <= 3 rdp(2 a). Stored curves are at these orders; changing them
 # would make old ledgers' curves unreadable (they are then read as curve-less spends).
+# In a ledger's RDP filter, spends known only as (epsilon, delta) may use at most this share of the delta cap
+# in total; the RDP part is always converted at the rest. Both are fixed by the caps before any spend (a
+# conversion delta that shrank with adaptively chosen curve-less spends would void the filter).
+CURVELESS_DELTA_SHARE = 0.5
+
 LEDGER_ORDERS = (1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0, 40.0,
                  48.0, 64.0, 80.0, 96.0, 128.0, 160.0, 192.0, 256.0, 320.0, 384.0, 512.0, 640.0, 768.0,
                  1024.0, 2048.0)
@@ -267,19 +272,27 @@ def basic(spends):
     return eps, min(1.0, sum((s.delta for s in spends), 0.0))
 
 
-def rdp_epsilon(spends, delta, order=None):
+def rdp_epsilon(spends, delta, order=None, reserve=None):
     """Epsilon at ``delta`` of the spends composed under RDP; spends without a curve added by basic composition.
 
     ``order``: convert at that order only (a filter's fixed order); None: the
-    best order. The curve-less spends' deltas are taken from ``delta`` first;
-    inf when nothing is left for the conversion.
+    best order. ``reserve``: the share of ``delta`` fixed in advance for the
+    curve-less spends (their deltas must fit in it; the RDP part converts at
+    ``delta - reserve`` whatever they spend); None: their deltas are taken
+    from ``delta`` first (valid for spends fixed in advance only). inf when
+    the deltas do not fit.
     """
     curved = [s for s in spends if s.rdp is not None]
     rest = [s for s in spends if s.rdp is None]
     eps_rest, delta_rest = basic(rest)
+    if reserve is not None:
+        if delta_rest > reserve * (1 + 1e-9):
+            return math.inf
+        left = delta - reserve
+    else:
+        left = delta - delta_rest
     if not curved:
         return eps_rest if delta_rest <= delta else math.inf
-    left = delta - delta_rest
     if not left > 0:
         return math.inf
     total = np.sum([np.asarray(s.rdp) for s in curved], axis=0)

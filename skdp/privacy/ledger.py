@@ -2,7 +2,7 @@
 
 Fits record what they spent: each spend's (epsilon, delta), its adjacency and, when its mechanism has
 one, its RDP curve (:class:`~skdp.privacy.composition.Spend`). The totals compose under one adjacency
-(replace-one as soon as one spend is replace-one). ``composition="rdp"`` (the default for a new
+(the ledger's ``adjacency``, fixed when it is created). ``composition="rdp"`` (the default for a new
 ledger) makes the caps an RDP privacy filter at one fixed order chosen from the caps (Feldman & Zrnic
 2021): valid when each next fit is chosen after seeing earlier results; ``"basic"`` adds epsilons and
 deltas (ledgers written before RDP curves were recorded open as ``"basic"``).
@@ -53,7 +53,8 @@ import time
 
 from ..exceptions import BudgetExceededError, LedgerDetachedError, LedgerUnavailableError
 from .accounting import check_real
-from .composition import Spend, basic, common_adjacency, compose, filter_order, rdp_epsilon
+from .composition import (ADJACENCIES, CURVELESS_DELTA_SHARE, Spend, basic, compose, filter_order,
+                          rdp_epsilon)
 
 COMPOSITIONS = ("rdp", "basic")
 
@@ -91,7 +92,7 @@ def _check_composition(composition):
     return composition
 
 
-def composed_total(spends, caps, composition):
+def composed_total(spends, caps, composition, adjacency="add/remove"):
     """``(epsilon, delta)`` the ledger reports for ``spends`` under its caps and composition.
 
     Basic: the sums, under one adjacency. RDP: the tighter of the sums and of
@@ -100,34 +101,37 @@ def composed_total(spends, caps, composition):
     recorded. An epsilon cap without a delta cap filters, and so reports, by
     basic composition.
     """
-    spends = list(spends)
-    if composition == "basic" or (math.isfinite(caps[0]) and filter_order(*caps) is None):
-        # (An epsilon cap without a delta cap filters by basic composition: what is reported is what is checked.)
-        adjacency = common_adjacency(spends)
-        return basic([s.under(adjacency) for s in spends])
+    spends = [s.under(adjacency) for s in spends]
+    if composition == "basic" or (filter_order(*caps) is None and (math.isfinite(caps[0]) or caps[1] < 1)):
+        # (An epsilon cap without a usable delta cap filters by basic composition: what is reported is what
+        # is checked.)
+        return basic(spends)
     eps, delta, _ = compose(spends, delta=caps[1] if caps[1] < 1 else None)
     return eps, delta
 
 
-def filter_epsilon(spends, caps, composition):
+def filter_epsilon(spends, caps, composition, adjacency="add/remove"):
     """The epsilon that the filter compares with the cap (and whether the deltas fit).
 
     Basic: the sum of epsilons, admitted while the deltas' sum fits. RDP: the
     RDP composition at the filter's fixed order (:func:`filter_order` of the
-    caps) converted at the delta cap, curve-less spends added by basic
-    composition (their deltas taken from the cap first): an RDP filter at one
-    order, valid under adaptive choice (Feldman & Zrnic 2021).
+    caps) converted at ``(1 - CURVELESS_DELTA_SHARE)`` of the delta cap,
+    curve-less spends added by basic composition within the other share: an
+    RDP filter at one order and one conversion delta, both fixed by the caps
+    (Feldman & Zrnic 2021), valid under adaptive choice. All spends are stated
+    under the ledger's ``adjacency``, fixed when it was created. Without a
+    usable delta cap (0 or 1), or with an infinite epsilon cap, it filters by
+    basic composition.
     """
-    spends = list(spends)
-    adjacency = common_adjacency(spends)
     spends = [s.under(adjacency) for s in spends]
     eps_b, delta_b = basic(spends)
     if composition == "basic":
         return eps_b, delta_b
     order = filter_order(*caps)
-    if order is None:  # an infinite epsilon cap (nothing to filter on) or a delta cap of 1
-        return eps_b, basic([s for s in spends if s.rdp is None])[1]
-    return rdp_epsilon(spends, caps[1], order=order), caps[1]
+    if order is None:
+        return eps_b, delta_b
+    eps = rdp_epsilon(spends, caps[1], order=order, reserve=CURVELESS_DELTA_SHARE * caps[1])
+    return eps, caps[1]
 
 
 def params_digest(params):
@@ -240,12 +244,14 @@ class _SQLiteStore:
             raise ValueError(f"The ledger file {self.path!r} holds invalid caps {rows}: {exc}") from exc
 
     @staticmethod
-    def stored_composition(con):
-        # A file written before RDP curves were recorded has no key: it composes as it always did.
-        row = con.execute("SELECT value FROM meta WHERE key = 'composition_rdp'").fetchone()
-        return "basic" if row is None or row[0] != 1.0 else "rdp"
+    def stored_settings(con):
+        """``(composition, adjacency)`` stored with the caps (a file written before them: basic, add/remove)."""
+        rows = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('composition_rdp', "
+                                "'adjacency_replace_one')").fetchall())
+        return ("rdp" if rows.get("composition_rdp") == 1.0 else "basic",
+                "replace-one" if rows.get("adjacency_replace_one") == 1.0 else "add/remove")
 
-    def open(self, eps_cap, delta_cap, composition=None):
+    def open(self, eps_cap, delta_cap, composition=None, adjacency=None):
         """Create the tables, then write the caps (first opener) or compare them (later openers)."""
         with self.transaction(create=True) as con:  # two first openers must not both write caps
             for statement in _SCHEMA:
@@ -259,16 +265,17 @@ class _SQLiteStore:
                                  lambda caps: con.executemany("INSERT INTO meta VALUES (?, ?)",
                                                               [("epsilon", caps[0]), ("delta", caps[1])]))
             if new:
-                con.execute("INSERT INTO meta VALUES ('composition_rdp', ?)",
-                            (1.0 if (composition or "rdp") == "rdp" else 0.0,))
-            stored_composition = _agree_composition(self, self.stored_composition(con), composition)
+                con.executemany("INSERT INTO meta VALUES (?, ?)", [
+                    ("composition_rdp", 1.0 if (composition or "rdp") == "rdp" else 0.0),
+                    ("adjacency_replace_one", 1.0 if adjacency == "replace-one" else 0.0)])
+            settings = _agree_settings(self, self.stored_settings(con), (composition, adjacency))
             # Files written before the CHECK constraints may hold refills or NaNs (NULL).
             bad = con.execute("SELECT COUNT(*) FROM spends WHERE epsilon IS NULL OR epsilon < 0 "
                               "OR delta IS NULL OR delta < 0 OR delta > 1").fetchone()[0]
             if bad:
                 raise ValueError(f"The ledger file {self.path!r} holds {bad} invalid spends (NaN or "
                                  "negative): its total cannot be trusted. Start a new ledger file.")
-        return stored, stored_composition
+        return stored, settings
 
     @staticmethod
     def records_in(con):
@@ -276,12 +283,12 @@ class _SQLiteStore:
         return [dict(zip(RECORD_FIELDS, r)) for r in rows]
 
     def spend(self, record, check):
-        """Call ``check(records, caps, composition)`` then insert ``record``, in one write transaction."""
+        """Call ``check(records, caps, settings)`` then insert ``record``, in one write transaction."""
         with self.transaction() as con:  # write lock: no other process checks meanwhile
             # The caps come from the file, inside the transaction: this object's attributes
             # could be stale or altered, the file is the data owner's record.
             caps = _require(self, self.stored_caps(con))
-            check(self.records_in(con), caps, self.stored_composition(con))  # raises: rolled back
+            check(self.records_in(con), caps, self.stored_settings(con))  # raises: rolled back
             con.execute(f"INSERT INTO spends ({', '.join(RECORD_FIELDS)}) VALUES "
                         f"({', '.join('?' * len(RECORD_FIELDS))})", tuple(record[f] for f in RECORD_FIELDS))
 
@@ -304,6 +311,7 @@ class _PostgresStore:
         "params_digest TEXT, host TEXT)",
         # Added with RDP curves; older databases get them on open (NULL: composed as before).
         "ALTER TABLE skdp_budget ADD COLUMN IF NOT EXISTS composition TEXT",
+        "ALTER TABLE skdp_budget ADD COLUMN IF NOT EXISTS adjacency TEXT",
         "ALTER TABLE skdp_spends ADD COLUMN IF NOT EXISTS adjacency TEXT",
         "ALTER TABLE skdp_spends ADD COLUMN IF NOT EXISTS cost TEXT",
     )
@@ -343,19 +351,20 @@ class _PostgresStore:
                 f"Lost {self.where} ({str(exc).strip() or type(exc).__name__}); nothing was recorded. "
                 "Retry once the server is back: the ledger stays consistent.") from exc
 
-    def open(self, eps_cap, delta_cap, composition=None):
+    def open(self, eps_cap, delta_cap, composition=None, adjacency=None):
         with self.transaction() as con:
             # Two first openers race to create the tables: serialise them on an advisory lock.
             con.execute("SELECT pg_advisory_xact_lock(7355608)")
             for statement in self._DDL:
                 con.execute(statement)
-            row = con.execute("SELECT epsilon, delta, composition FROM skdp_budget WHERE id = 1").fetchone()
+            row = con.execute("SELECT epsilon, delta, composition, adjacency FROM skdp_budget WHERE id = 1").fetchone()
             stored = None if row is None else (_check_cap_epsilon(row[0]), _check_cap_delta(row[1]))
             caps = _agree_caps(self, stored, eps_cap, delta_cap, lambda caps: con.execute(
-                "INSERT INTO skdp_budget (id, epsilon, delta, composition) VALUES (1, %s, %s, %s)",
-                (*caps, composition or "rdp")))
-            kept = (composition or "rdp") if row is None else (row[2] or "basic")
-            return caps, _agree_composition(self, kept, composition)
+                "INSERT INTO skdp_budget (id, epsilon, delta, composition, adjacency) VALUES (1, %s, %s, %s, %s)",
+                (*caps, composition or "rdp", adjacency or "add/remove")))
+            kept = ((composition or "rdp", adjacency or "add/remove") if row is None
+                    else (row[2] or "basic", row[3] or "add/remove"))
+            return caps, _agree_settings(self, kept, (composition, adjacency))
 
     @staticmethod
     def _records(con):
@@ -366,9 +375,11 @@ class _PostgresStore:
         with self.transaction() as con:
             # The row lock: every other spender waits here until this transaction ends, so the
             # records read below are all there are when this spend is checked and written.
-            row = con.execute("SELECT epsilon, delta, composition FROM skdp_budget WHERE id = 1 FOR UPDATE").fetchone()
+            row = con.execute("SELECT epsilon, delta, composition, adjacency FROM skdp_budget WHERE id = 1 "
+                              "FOR UPDATE").fetchone()
             caps = _require(self, None if row is None else (row[0], row[1]))
-            check(self._records(con), caps, row[2] or "basic")  # raises: rolled back, nothing recorded
+            # raises: rolled back, nothing recorded
+            check(self._records(con), caps, (row[2] or "basic", row[3] or "add/remove"))
             con.execute("UPDATE skdp_budget SET spent_epsilon = spent_epsilon + %s, "
                         "spent_delta = spent_delta + %s WHERE id = 1", (record["epsilon"], record["delta"]))
             con.execute(f"INSERT INTO skdp_spends ({', '.join(RECORD_FIELDS)}) VALUES "
@@ -419,13 +430,14 @@ def _agree_caps(store, stored, eps_cap, delta_cap, write):
     return stored
 
 
-def _agree_composition(store, stored, asked):
-    """The stored composition, refusing another asked one (a filter cannot be changed by reopening it)."""
-    if asked is not None and asked != stored:
-        raise ValueError(f"{store.where[0].upper()}{store.where[1:]} composes spends by {stored!r}; this "
-                         f"BudgetLedger asks for composition={asked!r}. Open it with composition=None "
-                         "(or the stored one), or use a new ledger.")
-    return stored
+def _agree_settings(store, stored, asked):
+    """The stored ``(composition, adjacency)``, refusing others asked (a filter cannot be changed by reopening it)."""
+    for name, have, want in zip(("composition", "adjacency"), stored, asked):
+        if want is not None and want != have:
+            raise ValueError(f"{store.where[0].upper()}{store.where[1:]} was created with {name}={have!r}; this "
+                             f"BudgetLedger asks for {name}={want!r}. Open it with {name}=None (or the stored "
+                             "one), or use a new ledger.")
+    return tuple(stored)
 
 
 def _store_from_url(url):
@@ -464,13 +476,18 @@ class BudgetLedger:
       all spends at that order, converted at the delta cap, is within the
       epsilon cap. Valid when each next fit is chosen after seeing earlier
       results. Ten DP-SGD fits at epsilon 1 compose to about 3.6 instead of
-      10. It needs a delta cap below 1 (else it filters as ``"basic"``).
+      10. It needs a delta cap in (0, 1) (else a finite epsilon cap filters
+      as ``"basic"``). Spends known only as (epsilon, delta) (no RDP curve)
+      may use at most half the delta cap in total; the RDP part is converted
+      at the other half (both fixed by the caps, so that the filter stays
+      valid when such spends are chosen adaptively).
     - ``composition="basic"``: a sequence of (epsilon_i, delta_i)-DP releases
       is (sum epsilon_i, sum delta_i)-DP. Exact for one spend; ledgers written
       before RDP curves were recorded open as ``"basic"``.
 
-    Totals are stated under one adjacency: add/remove, or replace-one (the
-    add/remove spends converted) once a replace-one spend is recorded. Check and record are one atomic step,
+    Totals are stated under the ledger's ``adjacency``, fixed when it is
+    created: an add/remove ledger refuses replace-one spends, a replace-one
+    ledger converts add/remove ones. Check and record are one atomic step,
     across threads, and across processes for a stored ledger (SQLite file or
     PostgreSQL server). Estimators take it as their ``ledger`` parameter; it
     survives ``sklearn.base.clone``, so every fit of a search is charged to
@@ -501,6 +518,12 @@ class BudgetLedger:
         How spends compose against the caps (see above). None: the one
         stored with the ledger, else ``"rdp"``. Stored with the caps: a later
         opener asking for another is refused.
+    adjacency : {"add/remove", "replace-one"} or None, default=None
+        The neighbouring relation of the ledger's guarantee, fixed when it is
+        created (None: the stored one, else ``"add/remove"``). An add/remove
+        ledger refuses replace-one spends (``DFSRelease``); a replace-one
+        ledger states every spend under replace-one (add/remove spends
+        converted: group privacy of two, a Gaussian's doubled sensitivity).
 
     Attributes
     ----------
@@ -508,6 +531,8 @@ class BudgetLedger:
         The caps (read-only; for a stored ledger, those stored).
     composition : str
         ``"rdp"`` or ``"basic"`` (read-only; for a stored ledger, the one stored).
+    adjacency : str
+        ``"add/remove"`` or ``"replace-one"`` (read-only; for a stored ledger, the one stored).
     path : str or None
         Absolute path of the SQLite file.
     url : str or None
@@ -551,10 +576,12 @@ class BudgetLedger:
     (1.0, 1e-06)
     """
 
-    def __init__(self, url=None, *, epsilon=None, delta=None, path=None, composition=None):
+    def __init__(self, url=None, *, epsilon=None, delta=None, path=None, composition=None, adjacency=None):
         eps_cap = None if epsilon is None else _check_cap_epsilon(epsilon)
         delta_cap = None if delta is None else _check_cap_delta(delta)
         _check_composition(composition)
+        if adjacency is not None and adjacency not in ADJACENCIES:
+            raise ValueError(f"adjacency must be one of {ADJACENCIES} or None, got {adjacency!r}.")
         if url is not None and path is not None:
             raise ValueError("Give url= or path=, not both (path='budget.db' is url='sqlite:///budget.db').")
         self.url = url
@@ -570,9 +597,10 @@ class BudgetLedger:
         if self._store is None:
             self._epsilon = math.inf if eps_cap is None else eps_cap
             self._delta = 1.0 if delta_cap is None else delta_cap
-            self._composition = composition or "rdp"
+            self._composition, self._adjacency = composition or "rdp", adjacency or "add/remove"
         else:
-            (self._epsilon, self._delta), self._composition = self._store.open(eps_cap, delta_cap, composition)
+            (self._epsilon, self._delta), (self._composition, self._adjacency) = self._store.open(
+                eps_cap, delta_cap, composition, adjacency)
 
     @property
     def epsilon(self):
@@ -588,6 +616,11 @@ class BudgetLedger:
     def composition(self):
         """How spends compose against the caps, ``"rdp"`` or ``"basic"`` (str, read-only)."""
         return self._composition
+
+    @property
+    def adjacency(self):
+        """The neighbouring relation of the ledger's guarantee, ``"add/remove"`` or ``"replace-one"`` (str)."""
+        return self._adjacency
 
     @property
     def filter_order(self):
@@ -658,7 +691,7 @@ class BudgetLedger:
             Its delta.
         """
         caps, records = self._caps_records()
-        return composed_total(map(_record_spend, records), caps, self.composition)
+        return composed_total(map(_record_spend, records), caps, self.composition, self.adjacency)
 
     def remaining(self):
         """``(epsilon, delta)`` still allowed: cap minus total, at least 0 (inf under an inf cap).
@@ -676,12 +709,19 @@ class BudgetLedger:
         return tuple(math.inf if math.isinf(cap) else max(cap - spent, 0.0)
                      for cap, spent in ((self.epsilon, eps), (self.delta, delta)))
 
-    def _check_records(self, cost, records, caps, composition):
+    def _check_records(self, cost, records, caps, settings):
         """Raise ``BudgetExceededError`` if ``cost`` on top of ``records`` passes the caps (the filter's rule)."""
+        composition, adjacency = settings
+        if cost.adjacency == "replace-one" and adjacency == "add/remove":
+            raise ValueError(
+                "This spend is (epsilon, delta)-DP under replace-one adjacency only (e.g. DFSRelease: a release "
+                "of one row per record), which says nothing under add/remove; this ledger's guarantee is "
+                "add/remove. Open a ledger with adjacency='replace-one' for these data (every spend is then "
+                "stated under replace-one). Nothing was recorded.")
         before = [_record_spend(r) for r in records]
-        after = filter_epsilon(before + [cost], caps, composition)
+        after = filter_epsilon(before + [cost], caps, composition, adjacency)
         if _over(after, caps):
-            spent = composed_total(before, caps, composition)
+            spent = composed_total(before, caps, composition, adjacency)
             how = (f"composed by RDP at order {filter_order(*caps):g}, the filter's" if composition == "rdp"
                    and filter_order(*caps) is not None else "composed by basic composition")
             raise BudgetExceededError(
@@ -717,7 +757,7 @@ class BudgetLedger:
         cost = _cost(epsilon, delta, cost)
         self._require_attached()
         caps, records = self._caps_records()
-        self._check_records(cost, records, caps, self.composition)
+        self._check_records(cost, records, caps, (self.composition, self.adjacency))
 
     def spend(self, epsilon, delta, label="", *, estimator=None, params=None, cost=None):
         """Check and record a spend atomically (across processes for a stored ledger).
@@ -759,11 +799,12 @@ class BudgetLedger:
         self._require_attached()
         if self._store is None:
             with self._lock:
-                self._check_records(cost, self._entries, (self.epsilon, self.delta), self.composition)
+                self._check_records(cost, self._entries, (self.epsilon, self.delta),
+                                    (self.composition, self.adjacency))
                 self._entries.append(record)
             return
-        self._store.spend(record, lambda records, caps, composition: self._check_records(
-            cost, records, caps, composition))
+        self._store.spend(record, lambda records, caps, settings: self._check_records(
+            cost, records, caps, settings))
 
     # ---- copies -------------------------------------------------------------------------
     def __deepcopy__(self, memo):

@@ -1,6 +1,8 @@
 """The privacy cost of a hyperparameter search, by composition."""
 import math
 
+import numbers
+
 from sklearn.base import clone
 
 from .composition import Spend, compose
@@ -164,12 +166,36 @@ def search_privacy_cost(search, n_samples: int | None = None) -> tuple[float, fl
     return eps, min(delta, 1.0)
 
 
+def _kfold_sizes(search, n_samples):
+    """The training sizes a search's ``cv`` gives on ``n_samples`` records, when they are K-fold's; else None."""
+    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+
+    cv = search.cv
+    if cv is None or (isinstance(cv, numbers.Integral) and not isinstance(cv, bool)) or type(cv) in (
+            KFold, StratifiedKFold, GroupKFold):
+        return _fold_train_sizes(int(n_samples), search.n_splits_)
+    return None
+
+
 def search_costs(search, n_samples=None):
-    """The :class:`~skdp.privacy.composition.Spend` of every fit of a fitted search (refit included)."""
+    """The :class:`~skdp.privacy.composition.Spend` of every fit of a fitted search (refit included).
+
+    A fit's RDP curve depends on its training size, which is known (up to
+    stratification) for K-fold splits only: with any other ``cv`` each fit
+    counts the epsilon it is calibrated to, valid at any size, and a fixed
+    ``noise_multiplier`` (whose epsilon depends on the size) is refused.
+    """
     if not hasattr(search, "cv_results_"):
         raise ValueError("search_privacy_cost needs a fitted search (no cv_results_).")
     costs = []
-    sizes = None if n_samples is None else _fold_train_sizes(int(n_samples), search.n_splits_)
+    sizes = None if n_samples is None else _kfold_sizes(search, n_samples)
+    if n_samples is not None and sizes is None:
+        if any("noise_multiplier" in s.get_params(deep=False) and s.get_params(deep=False)["noise_multiplier"]
+               is not None for p in search.cv_results_["params"]
+               for s in dp_steps(clone(search.estimator).set_params(**p))):
+            raise ValueError(f"cv={search.cv!r} does not give K-fold training sizes, and a candidate fixes "
+                             "noise_multiplier, whose epsilon depends on them: use cv=K (KFold) or read the "
+                             "fits' spends from a BudgetLedger passed to the estimator.")
     for params in search.cv_results_["params"]:
         candidate = clone(search.estimator).set_params(**params)
         if sizes is None:
