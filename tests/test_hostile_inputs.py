@@ -140,7 +140,7 @@ def test_tiny_delta_is_computed_safely(blobs):
     sel = DPFisherSelector(2, delta=5e-324, bounds=(-20, 20), classes=[0, 1]).fit(X, y)
     assert sel.support_.sum() == 2
     # DFSRelease splits delta in two: half of the smallest float is 0, so it refuses, naming delta.
-    ledger = BudgetLedger()
+    ledger = BudgetLedger(adjacency="replace-one")  # DFSRelease is replace-one
     with pytest.raises(ValueError, match="delta=5e-324"):
         quiet(DFSRelease(2, delta=5e-324, bounds=(-20, 20), classes=[0, 1], ledger=ledger).fit_transform, X, y)
     assert ledger.total() == (0, 0)
