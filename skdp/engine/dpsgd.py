@@ -33,6 +33,9 @@ from .validators import (buffer_versions, check_buffers_unchanged, check_paramet
                          module_state, parameter_versions)
 
 CLIPPINGS = ("auto", "ghost", "vmap")
+#: Lots on which the state a training forward leaves behind is compared in depth (containers, helper objects,
+#: tensors and arrays by content); later lots compare identities (``validators.module_state``).
+DEEP_STATE_LOTS = 2
 
 
 def make_clipper(module, clipping="auto"):
@@ -157,6 +160,9 @@ class DPSGDEngine:
         the lot (each example's loss depends on that example alone), so the
         privacy is unchanged; only memory (activations, per-layer buffers)
         is bounded. None: the whole lot at once.
+    watch : sequence of torch.nn.Module, default=()
+        Other modules the loss runs (a net's criterion): a training forward
+        must leave their state unchanged too, as the module's.
 
     Attributes
     ----------
@@ -190,8 +196,10 @@ class DPSGDEngine:
     """
 
     def __init__(self, module, *, max_grad_norm, noise_multiplier, expected_batch_size,
-                 generator, clipping="auto", max_physical_batch_size=None):
+                 generator, clipping="auto", max_physical_batch_size=None, watch=()):
         self.module = module
+        self.watch = [m for m in watch if isinstance(m, torch.nn.Module) and m is not module]
+        self._deep_lots_left = DEEP_STATE_LOTS
         if max_physical_batch_size is not None and not (
                 isinstance(max_physical_batch_size, numbers.Integral) and max_physical_batch_size >= 1):
             raise ValueError(f"max_physical_batch_size must be None or an int >= 1, got "
@@ -223,7 +231,8 @@ class DPSGDEngine:
         # ... and so is any other state a training forward leaves in the module's tree (an attribute holding
         # the lot, a buffer rebound to a running statistic): refused before anything is released.
         params, buffers = parameter_versions(self.module), buffer_versions(self.module)
-        state = module_state(self.module)
+        deep = self._deep_lots_left > 0
+        state = [(m, module_state(m, deep=deep)) for m in (self.module, *self.watch)], deep
         try:
             # The whole lot for the hooks' first-lot probe, whatever the piece: it needs several examples.
             out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm, probe_inputs=lot)
@@ -245,7 +254,9 @@ class DPSGDEngine:
     def _check_unchanged(self, params, buffers, state):
         check_parameters_unchanged(self.module, params)
         check_buffers_unchanged(self.module, buffers)
-        check_state_unchanged(self.module, state)
+        states, deep = state
+        for m, before in states:
+            check_state_unchanged(m, before, deep=deep, owner="module" if m is self.module else "criterion")
 
     def close(self):
         """Remove the clipper's hooks from the module (call it when the fit ends)."""
@@ -298,6 +309,8 @@ class DPSGDEngine:
                 piece_norms.append(piece_norm)
             for p, g in pairs:
                 grads[p] = grads[p] + g if p in grads else g
+        if n and not self._baseline():
+            self._deep_lots_left -= 1
         if piece_losses:
             losses = torch.cat(piece_losses)
         if piece_norms:

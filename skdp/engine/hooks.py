@@ -23,7 +23,10 @@ trusted), and at two lot sizes (no other dim of the activations can equal
 both: a time-major ``(T, B, d)`` layer shows), each example's loss and
 gradient computed *alone* (a batch of one, plain autograd) must equal what the
 rules attribute to it in the lot: its norm, and ``sum_i s_i g_i`` for random
-weights ``s`` (which pins every ``g_i``). A module that mixes examples in its
+weights ``s`` (which pins every ``g_i``). Every probed row's loss is compared,
+those undefined alone (NaN, inf) included: a row undefined alone and finite in
+the lot (a missing value imputed with the lot's mean) takes its value from the
+other rows, and fails. A module that mixes examples in its
 forward (``x - x.mean(0)``) or in its backward (a custom ``autograd.Function``),
 or a parameter used outside its layer, fails it. Each failure raises
 ``UnsupportedModelError``; under ``clipping="auto"`` the engine then switches
@@ -208,6 +211,12 @@ class HookClipper:
         try:
             with _fork_rng(probe):
                 alone = [prover._alone(per_example_loss, inputs, i) for i in range(m)]
+                # Every row's loss in the lot of all m first, the rows undefined alone included: a row whose loss
+                # is NaN alone and finite in the lot (a missing value imputed with the lot's mean) takes its
+                # value from the other rows, so leaving it out of the proof would hide exactly the mixing.
+                losses, used = prover._forward(per_example_loss, inputs)
+                prover._check_example_dim(losses, used, m)
+                prover._check_losses(losses, alone, m)
                 # A hostile record (1e20) has no finite float32 gradient to compare: the proof uses the others.
                 keep = [i for i, (loss, _, norm_sq) in enumerate(alone) if math.isfinite(loss) and norm_sq < 1e30]
                 if len(keep) < 3:
@@ -235,6 +244,20 @@ class HookClipper:
         norm_sq = float(sum(g.square().sum() for g in grads.values())) if grads else 0.0
         return float(loss.detach()), grads, norm_sq if math.isfinite(norm_sq) else math.inf
 
+    @staticmethod
+    def _check_losses(losses, alone, k):
+        """Each example's loss in a lot of ``k`` equal to its loss alone; undefined (NaN/inf) in both counts as equal."""
+        in_lot = losses.detach().double().cpu()
+        for i, (loss, _, _) in enumerate(alone):
+            theirs = float(in_lot[i])
+            if math.isfinite(loss) or math.isfinite(theirs):
+                if not math.isclose(loss, theirs, rel_tol=1e-4, abs_tol=1e-5):
+                    raise UnsupportedModelError(
+                        f"Example {i}'s loss is {loss:.6g} alone and {theirs:.6g} in a lot of {k}: the module "
+                        f"mixes the examples of a lot (a statistic over the batch dimension; a value undefined "
+                        f"alone and defined in the lot is taken from the other rows), which the per-layer rules "
+                        f"cannot clip per example; {_FIX}, which computes each example's gradient alone.")
+
     def _prove(self, per_example_loss, inputs, alone):
         """Each example's norm and ``sum_i s_i g_i`` by the rules, in a lot of ``k``, equal to the examples alone."""
         k = len(alone)
@@ -242,13 +265,7 @@ class HookClipper:
         losses, used = self._forward(per_example_loss, inputs)
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
         layers = self._merge_calls(used, grads)
-        in_lot = losses.detach().double().cpu()
-        for i, (loss, _, _) in enumerate(alone):
-            if not math.isclose(loss, float(in_lot[i]), rel_tol=1e-4, abs_tol=1e-5):
-                raise UnsupportedModelError(
-                    f"Example {i}'s loss is {loss:.6g} alone and {float(in_lot[i]):.6g} in a lot of {k}: the module "
-                    f"mixes the examples of a lot (a statistic over the batch dimension), which the per-layer rules "
-                    f"cannot clip per example; {_FIX}, which computes each example's gradient alone.")
+        self._check_losses(losses, alone, k)
         if not layers:
             return
         # The rules in float64, as their wide path runs them: a 1e20 activation times a zero output gradient

@@ -17,6 +17,13 @@ listing every offending module by path. Modules of unregistered types that
 update buffers in the forward are caught at run time by
 ``buffer_versions``/``check_buffers_unchanged``.
 """
+import collections.abc
+import hashlib
+import logging
+import random
+import types
+
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -264,21 +271,108 @@ def _shallow(value):
     return ("object", id(value))
 
 
-def module_state(module):
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+# Objects a forward may use without keeping data in them (randomness, logging, code): compared by identity.
+_OPAQUE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+           torch.Generator, torch.device, torch.dtype, np.random.Generator, np.random.RandomState,
+           np.random.BitGenerator, np.random.SeedSequence, random.Random, logging.Logger, logging.LoggerAdapter,
+           logging.Handler)
+# Bounds of one deep walk (it runs on a fit's first lots only): deeper or further, compared by identity.
+_DEEP_DEPTH, _DEEP_ENTRIES = 16, 100_000
+
+
+def _digest(data):
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _tensor_fingerprint(t):
+    """Identity, dtype, shape and a hash of the content (a write in place changes the hash)."""
+    if t.layout != torch.strided or t.device.type == "meta":
+        return ("tensor", id(t), t._version)
+    flat = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+    return ("tensor", id(t), str(t.dtype), tuple(t.shape), _digest(flat.view(torch.uint8).cpu().numpy().tobytes()))
+
+
+def _deep(value, path, out, seen, tracked, depth=0):
+    """Add to ``out`` the fingerprints of ``value`` and of everything reachable from it, keyed by path.
+
+    Containers (lists, tuples, deques, dicts, sets) and plain objects (``__dict__``, ``__slots__``) are
+    entered; tensors and arrays are hashed by content; ``tracked`` objects (the tree's parameters, buffers
+    and modules, which the guards above and the per-submodule walk cover) by identity, as are objects
+    reached twice (cycles) and the ``_OPAQUE`` types.
+    """
+    if isinstance(value, _SCALARS):
+        out[path] = ("value", value)
+        return
+    key = id(value)
+    if key in tracked:
+        out[path] = ("tracked", key)
+        return
+    if key in seen:
+        out[path] = ("seen", seen[key])
+        return
+    seen[key] = path
+    if depth > _DEEP_DEPTH or len(out) > _DEEP_ENTRIES or isinstance(value, _OPAQUE):
+        out[path] = ("object", type(value).__qualname__, key)
+    elif isinstance(value, torch.Tensor):
+        out[path] = _tensor_fingerprint(value)
+    elif isinstance(value, np.ndarray) and value.dtype != object:
+        out[path] = ("array", key, value.dtype.str, value.shape, _digest(np.ascontiguousarray(value).tobytes()))
+    elif isinstance(value, np.generic):
+        out[path] = ("value", value.dtype.str, value.tobytes())
+    elif isinstance(value, (collections.abc.Set, frozenset)):
+        out[path] = ("set", type(value).__qualname__, key, frozenset(value))
+    else:
+        if isinstance(value, collections.abc.Mapping):
+            kind, items = "map", [(f"{path}[{k!r}]", k, v) for k, v in list(value.items())]
+        elif isinstance(value, (list, tuple, collections.deque, np.ndarray)):
+            flat = value.ravel().tolist() if isinstance(value, np.ndarray) else list(value)
+            kind, items = "seq", [(f"{path}[{i}]", i, v) for i, v in enumerate(flat)]
+        else:
+            attrs = dict(vars(value)) if hasattr(value, "__dict__") else {}
+            for cls in type(value).__mro__:
+                for slot in getattr(cls, "__slots__", ()):
+                    if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
+                        attrs[slot] = getattr(value, slot)
+            kind, items = "object", [(f"{path}.{k}", k, v) for k, v in attrs.items()]
+        # Scalar items are kept in the container's own entry (a long list of numbers is one entry), the others
+        # get theirs.
+        scalars = tuple((k, v) for _, k, v in items if isinstance(v, _SCALARS))
+        out[path] = (kind, type(value).__qualname__, key, len(items), getattr(value, "shape", None), scalars)
+        for sub_path, _, v in items:
+            if not isinstance(v, _SCALARS) and len(out) <= _DEEP_ENTRIES:
+                _deep(v, sub_path, out, seen, tracked, depth + 1)
+
+
+def module_state(module, deep=False):
     """What a forward could leave behind in ``module``'s tree: per submodule, its attributes and registries.
 
     Parameters and buffers are compared by identity here (``p.data`` writes by the fingerprints above):
     ``self.running_mean = 0.9 * self.running_mean + 0.1 * x.mean(0)`` rebinds a buffer to a new tensor,
     and ``self.last_lot = x.detach()`` adds an attribute; both carry the data out of the step unnoised.
+    ``deep=False``: each attribute's identity, a tensor's version, a container's length and items (cheap,
+    every lot). ``deep=True`` (a fit's first lots): everything reachable from the attributes, tensors and
+    arrays by content (:func:`_deep`), so that a deque of recent lots, a helper object's running mean, a
+    tensor in a dict or an array written in place show.
     """
     state = {}
+    tracked = seen = None
+    if deep:
+        tracked = {id(t) for t in (*module.parameters(), *module.buffers(), *module.modules())}
+        seen = {}
     for name, sub in module.named_modules():
         # torch's own layers keep no data from a forward outside their buffers (checked by the fingerprints),
         # and some rebuild private caches when their parameters are swapped (functional_call on nn.LSTM
         # rebuilds _flat_weights): only their registries are compared. A class of the user's: everything.
         own = type(sub).__module__.startswith("torch.")
-        attrs = {k: _shallow(v) for k, v in vars(sub).items()
-                 if k not in _MODULE_INTERNALS and not (own and k.startswith("_"))}
+        attrs = {}
+        for k, v in vars(sub).items():
+            if k in _MODULE_INTERNALS or (own and k.startswith("_")):
+                continue
+            if deep:
+                _deep(v, k, attrs, seen, tracked)
+            else:
+                attrs[k] = _shallow(v)
         for registry in _REGISTRIES:
             attrs[registry] = tuple((k, id(v)) for k, v in getattr(sub, registry).items())
         attrs["training"] = ("value", sub.training)
@@ -286,13 +380,14 @@ def module_state(module):
     return state
 
 
-def check_state_unchanged(module, before):
+def check_state_unchanged(module, before, deep=False, owner="module"):
     """Raise ``UnsupportedModuleError`` if a training forward changed the state of ``module``'s tree.
 
     Whatever a forward stores (a new attribute, a buffer or parameter replaced, a tensor attribute written,
-    a list it appends to) is released with the model without noise. Naming what changed, with the fix.
+    a list it appends to; with ``deep``, anything reachable written in place) is released with the model
+    without noise. Naming what changed (the attribute's path, ``owner``: "module", "criterion"), with the fix.
     """
-    now = module_state(module)
+    now = module_state(module, deep=deep)
     changes = []
     for name in sorted(set(now) | set(before)):
         if name not in before or name not in now or now[name][0] != before[name][0]:
@@ -300,14 +395,20 @@ def check_state_unchanged(module, before):
             continue
         a, b = before[name][1], now[name][1]
         for key in sorted(set(a) | set(b)):
-            if a.get(key) != b.get(key):
+            if key in _REGISTRIES and key in a and key in b and a[key] != b[key]:
+                old, new = dict(a[key]), dict(b[key])
+                changes += [f"{name or '<root>'!r}.{entry} ({key[1:-1]} entry added, removed or replaced)"
+                            for entry in sorted(set(old) | set(new)) if old.get(entry) != new.get(entry)]
+            elif a.get(key) != b.get(key):
                 what = ("attribute added" if key not in a else "attribute removed" if key not in b
                         else "registered parameters/buffers/submodules changed" if key in _REGISTRIES
                         else "train/eval mode switched" if key == "training" else "attribute changed")
                 changes.append(f"{name or '<root>'!r}.{key} ({what})")
     if changes:
+        shown = ", ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
         raise UnsupportedModuleError(
-            "The training forward changed the module's state: " + ", ".join(changes) + ". Anything a forward "
-            "stores (a new attribute, a buffer rebound or written, a list appended to) is computed from the lot "
-            "and released with the model without noise. Keep state out of forward: compute statistics on public "
-            "data, or pass them in as constants.")
+            f"The training forward changed the {owner}'s state: " + shown + ". Anything a forward "
+            "stores (a new attribute, a buffer rebound or written, a list or deque appended to, a helper object's "
+            "attribute, a tensor or array written in place) is computed from the lot and released with the model "
+            "without noise. Keep state out of forward: compute statistics on public data, or pass them in as "
+            "constants; keep debugging buffers and monitors outside the module (callbacks see released values).")

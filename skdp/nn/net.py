@@ -38,9 +38,11 @@ from skorch.utils import to_tensor
 from torch.utils.data import default_collate
 
 from ..engine import DPSGDEngine, PoissonBatchSampler
+from ..engine.validators import check_state_unchanged, module_state
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 from ..privacy.accounting import dpsgd_cost
+from ..privacy.report import set_privacy_attributes
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
@@ -321,6 +323,17 @@ class DPNet(NeuralNet):
         Lots per epoch of the last fit.
     noise_multiplier_ : float
         Sigma of the last fit.
+    epsilon_ : float
+        Epsilon spent by all fits so far (:meth:`epsilon_spent`).
+    delta_ : float
+        Delta of the guarantee (0 without noise).
+    privacy_certified_ : bool
+        Whether (``epsilon_``, ``delta_``) is a proven guarantee; not with a
+        ``train_split`` (the history holds exact validation losses).
+    privacy_notes_ : tuple of str
+        Why the fit is not certified (empty when it is).
+    privacy_cost_ : Spend
+        The spend with its RDP curve, for compositions.
 
     See Also
     --------
@@ -635,6 +648,7 @@ class DPNet(NeuralNet):
             # trainable parameters is switched to train mode by every step, so it is checked in train mode.
             self._set_training(True)
             engines = self.initialize_engines(sigma, sample_rate * n_samples)
+            self.check_training_forward(X, y)
             if self.ledger is not None:
                 spend_delta = 0.0 if math.isinf(projected) else self.delta
                 self.ledger.spend(projected, spend_delta,
@@ -648,12 +662,100 @@ class DPNet(NeuralNet):
             # forked and left as it was found.
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 torch.manual_seed(int(self._lot_rng.integers(2 ** 63 - 1)))
-                return super().fit_loop(X, y, epochs=epochs, **fit_params)
+                super().fit_loop(X, y, epochs=epochs, **fit_params)
+            self._set_privacy_attributes()
+            return self
         finally:
             for name in engines:
                 getattr(self, name).close()
                 delattr(self, name)
             self.__dict__.pop("_lot_rng", None)
+
+    def _set_privacy_attributes(self):
+        """``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_``, ``privacy_cost_`` of all fits so far."""
+        epsilon = self.epsilon_spent()
+        certified = True
+        if self.train_split is not None:
+            certified = ("train_split: the history holds exact (unnoised) validation losses of private records, "
+                         "released unaccounted")
+        set_privacy_attributes(self, epsilon, self.delta, certified=certified,
+                               cost=dpsgd_cost(self.accountant_.history, epsilon, self.delta))
+
+    def check_training_forward(self, X, y=None):
+        """Refuse, before any budget is charged, a module or criterion whose training forward keeps state.
+
+        A dry training forward and backward of :meth:`per_example_loss` on a
+        public stand-in lot (a few rows of the input's shape and dtype:
+        standard normal from a fixed seed where floating point, zeros
+        elsewhere) runs, in train mode, on copies of the module the loss
+        runs (the engine's; the net's before any engine is set, for a check
+        before a search's charge) and of the criterion. Any state it leaves
+        in them (an attribute added, a list
+        appended to, a tensor or array written in place: compared in depth,
+        :func:`skdp.engine.validators.module_state`) is refused here, before
+        the ledger is charged, rather than by the engine on the first real
+        lot. The engine still checks the real lots (a write whose stand-in
+        value equals the old one shows only there).
+
+        Parameters
+        ----------
+        X : array-like, memmap or torch Dataset
+            The training inputs (only the shape and dtype of a few rows are used).
+        y : array-like or None, default=None
+            The training targets, likewise.
+
+        Raises
+        ------
+        UnsupportedModuleError
+            If the dry forward changed the state of the module or the criterion.
+        """
+        engine = getattr(self, "engine_", None)
+        if engine is not None and engine.clipper is None:  # the non-private baseline trains any module
+            return
+        self._set_training(True)
+        try:
+            inputs = self._stand_in_lot(X, y)
+        except Exception:  # no stand-in of this data: the engine's check on the first lot stands alone
+            return
+        # The module the training loss runs: the engine's (a GAN's generator), or the net's before any engine.
+        module = copy.deepcopy(self.module_ if engine is None else engine.module)
+        criterion = copy.deepcopy(self.criterion_)
+        watched = [(m, owner) for m, owner in ((module, "module"), (criterion, "criterion"))
+                   if isinstance(m, torch.nn.Module)]
+        before = [module_state(m, deep=True) for m, _ in watched]
+        real, self.criterion_ = self.criterion_, criterion
+        try:
+            with torch.random.fork_rng(devices=_cuda_devices(self.device)):
+                losses = self.per_example_loss(module, *inputs)
+                if losses.requires_grad:
+                    losses.sum().backward()
+        except Exception:  # a stand-in the module cannot take (the real lots are checked by the engine)
+            pass
+        finally:
+            self.criterion_ = real
+        for (m, owner), state in zip(watched, before):
+            check_state_unchanged(m, state, deep=True, owner=owner)
+
+    def _stand_in_lot(self, X, y):
+        """``get_train_inputs`` of public stand-in rows: the shape and dtype of up to 3 rows, not their values."""
+        dataset = self.get_dataset(X, y)
+        Xi, yi = unpack_data(_LotLoader(dataset, None)._fetch(np.arange(min(len(dataset), 3))))
+        gen = torch.Generator().manual_seed(0)
+
+        def stand_in(v):
+            if isinstance(v, np.ndarray):
+                return stand_in(torch.as_tensor(v)).numpy()
+            if isinstance(v, torch.Tensor):
+                if v.is_floating_point():
+                    return torch.randn(v.shape, generator=gen).to(v.dtype).to(v.device)
+                return torch.zeros_like(v)
+            if isinstance(v, dict):
+                return {k: stand_in(u) for k, u in v.items()}
+            if isinstance(v, (list, tuple)):
+                return type(v)(stand_in(u) for u in v)
+            return v
+
+        return self.get_train_inputs(stand_in(Xi), stand_in(yi))
 
     def _public_params(self):
         """The net's plain parameters (numbers, strings), for the ledger's parameter digest."""
@@ -679,12 +781,14 @@ class DPNet(NeuralNet):
         engine : skdp.engine.DPSGDEngine
             The engine.
         """
+        # The criterion runs in every training forward: its state is checked as the module's.
         return DPSGDEngine(
             module, max_grad_norm=self.max_grad_norm, noise_multiplier=noise_multiplier,
             expected_batch_size=expected_batch_size,
             generator=torch_generator(self._lot_rng, device=self.device),
             clipping=self.clipping if clipping is None else clipping,
-            max_physical_batch_size=self.max_physical_batch_size)
+            max_physical_batch_size=self.max_physical_batch_size,
+            watch=[getattr(self, "criterion_", None)])
 
     def initialize_engines(self, sigma, expected_batch_size):
         """Set the engines ``train_step`` uses for this fit.
