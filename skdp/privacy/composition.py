@@ -146,9 +146,14 @@ class Spend:
         The same release under replace-one (for an add/remove spend); None:
         group privacy of two is used.
 
+    See Also
+    --------
+    compose : The total of several spends.
+    BudgetLedger : Records spends and caps their composition.
+
     Examples
     --------
-    >>> from skdp.privacy.composition import Spend, compose
+    >>> from skdp.privacy import Spend, compose
     >>> spends = [Spend.gaussian(0.3, 1e-6) for _ in range(10)]
     >>> eps, delta, adjacency = compose(spends)
     >>> round(eps, 2), delta, adjacency
@@ -176,14 +181,43 @@ class Spend:
     # -- constructors ----------------------------------------------------------------------
     @classmethod
     def approx(cls, epsilon, delta, adjacency="add/remove"):
-        """A spend known only as (epsilon, delta): no RDP curve (pure when delta is 0: it has one)."""
+        """Build a spend known only as (epsilon, delta): no RDP curve (pure when delta is 0: it has one).
+
+        Parameters
+        ----------
+        epsilon : float
+            Epsilon, >= 0.
+        delta : float
+            Delta, in [0, 1].
+        adjacency : {"add/remove", "replace-one"}, default="add/remove"
+            The neighbouring relation of the guarantee.
+
+        Returns
+        -------
+        spend : Spend
+            The spend.
+        """
         if float(delta) == 0:
             return cls.pure(epsilon, adjacency)
         return cls(epsilon, delta, adjacency)
 
     @classmethod
     def pure(cls, epsilon, adjacency="add/remove"):
-        """A pure epsilon-DP release: RDP ``min(eps, alpha eps**2 / 2)`` (Bun & Steinke 2016, Prop. 1.4)."""
+        """Build a pure epsilon-DP spend: RDP ``min(eps, alpha eps**2 / 2)`` (Bun & Steinke 2016, Prop. 1.4).
+
+        Parameters
+        ----------
+        epsilon : float
+            Epsilon, >= 0.
+        adjacency : {"add/remove", "replace-one"}, default="add/remove"
+            The neighbouring relation of the guarantee; under replace-one an
+            add/remove one becomes ``2 epsilon`` (exact group privacy).
+
+        Returns
+        -------
+        spend : Spend
+            The spend.
+        """
         eps = float(epsilon)
         curve = tuple(min(eps, a * eps * eps / 2) for a in LEDGER_ORDERS) if math.isfinite(eps) else None
         other = None if adjacency == "replace-one" else cls.pure(2 * eps, "replace-one")  # group privacy, exact
@@ -191,12 +225,30 @@ class Spend:
 
     @classmethod
     def gaussian(cls, mu, delta, adjacency="add/remove", epsilon=None, replace_one_mu=None):
-        """A ``mu``-Gaussian-DP release (``mu = sensitivity / sigma``, or ``sqrt(sum mu_i**2)`` of several).
+        """Build the spend of a ``mu``-Gaussian-DP release.
 
-        Its RDP is ``alpha mu**2 / 2``; its epsilon at ``delta`` the exact
-        Gaussian profile (unless ``epsilon`` is given: what the estimator
-        certified). Under replace-one the sensitivity at most doubles: ``2 mu``
-        (or ``replace_one_mu``, a tighter figure the mechanism proves).
+        ``mu = sensitivity / sigma`` for one Gaussian mechanism, ``sqrt(sum
+        mu_i**2)`` for several. Its RDP is ``alpha mu**2 / 2``; its epsilon at
+        ``delta`` the exact Gaussian profile. Under replace-one the sensitivity
+        at most doubles: ``2 mu``.
+
+        Parameters
+        ----------
+        mu : float
+            The Gaussian-DP parameter, >= 0.
+        delta : float
+            Delta of the guarantee, in (0, 1).
+        adjacency : {"add/remove", "replace-one"}, default="add/remove"
+            The neighbouring relation of ``mu``.
+        epsilon : float or None, default=None
+            What the estimator certified; None: computed from ``mu`` and ``delta``.
+        replace_one_mu : float or None, default=None
+            A tighter replace-one figure than ``2 mu`` that the mechanism proves.
+
+        Returns
+        -------
+        spend : Spend
+            The spend.
         """
         from ..mechanisms.gaussian import gaussian_dp_epsilon
 
@@ -209,10 +261,27 @@ class Spend:
 
     @classmethod
     def from_rdp(cls, rdp, epsilon, delta, adjacency="add/remove"):
-        """A release with an RDP curve (DP-SGD's accountant at :data:`LEDGER_ORDERS`) and its certified (eps, delta).
+        """Build the spend of a release with an RDP curve and its certified (epsilon, delta).
 
-        Under replace-one: group privacy of two for (eps, delta), and Mironov's
-        bound ``3 rdp(2 a)`` for the curve (inf where ``2 a`` is not an order).
+        Under replace-one: group privacy of two for (epsilon, delta), and
+        Mironov's bound ``3 rdp(2 a)`` for the curve (inf where ``2 a`` is not
+        an order).
+
+        Parameters
+        ----------
+        rdp : sequence of float
+            RDP at :data:`LEDGER_ORDERS` (DP-SGD's accountant), >= 0, inf for no bound.
+        epsilon : float
+            The certified epsilon.
+        delta : float
+            Its delta.
+        adjacency : {"add/remove", "replace-one"}, default="add/remove"
+            The neighbouring relation of the curve and the guarantee.
+
+        Returns
+        -------
+        spend : Spend
+            The spend.
         """
         curve = _curve(rdp)
         other = None
@@ -225,7 +294,18 @@ class Spend:
 
     @classmethod
     def envelope(cls, spends):
-        """A spend at least as costly as each of ``spends`` (one adjacency): the pointwise maxima."""
+        """Build a spend at least as costly as each of ``spends``: the pointwise maxima.
+
+        Parameters
+        ----------
+        spends : iterable of Spend
+            Spends of one adjacency.
+
+        Returns
+        -------
+        spend : Spend
+            The spend.
+        """
         spends = list(spends)
         if len({s.adjacency for s in spends}) != 1:
             raise ValueError("an envelope needs spends of one adjacency.")
@@ -237,7 +317,23 @@ class Spend:
 
     # -- views -------------------------------------------------------------------------------
     def under(self, adjacency):
-        """This spend stated under ``adjacency`` (replace-one from add/remove: never the other way)."""
+        """State this spend under ``adjacency`` (replace-one from add/remove; never the other way).
+
+        Parameters
+        ----------
+        adjacency : {"add/remove", "replace-one"}
+            The adjacency wanted.
+
+        Returns
+        -------
+        spend : Spend
+            The same release under ``adjacency``.
+
+        Raises
+        ------
+        ValueError
+            For add/remove from a replace-one spend: such a guarantee does not exist.
+        """
         if adjacency == self.adjacency:
             return self
         if adjacency == "replace-one":
@@ -248,14 +344,31 @@ class Spend:
                          "record tells the number of records): state the composition under replace-one.")
 
     def to_dict(self):
-        """The spend as plain numbers and lists (for storage)."""
+        """Return the spend as plain numbers and lists (for storage).
+
+        Returns
+        -------
+        data : dict
+            Keys ``epsilon``, ``delta``, ``adjacency``, ``rdp`` and ``replace_one``.
+        """
         return {"epsilon": self.epsilon, "delta": self.delta, "adjacency": self.adjacency,
                 "rdp": None if self.rdp is None else list(self.rdp),
                 "replace_one": None if self.replace_one is None else self.replace_one.to_dict()}
 
     @classmethod
     def from_dict(cls, data):
-        """The inverse of :meth:`to_dict`."""
+        """Build a spend from :meth:`to_dict`'s output.
+
+        Parameters
+        ----------
+        data : dict
+            A spend as plain numbers and lists.
+
+        Returns
+        -------
+        spend : Spend
+            The spend.
+        """
         other = data.get("replace_one")
         return cls(data["epsilon"], data["delta"], data.get("adjacency", "add/remove"), data.get("rdp"),
                    None if other is None else cls.from_dict(other))
@@ -322,8 +435,22 @@ def compose(spends, delta=None):
     Returns
     -------
     epsilon : float
+        The composed epsilon.
     delta : float
+        Its delta.
     adjacency : str
+        The adjacency of the total.
+
+    See Also
+    --------
+    Spend : One release's cost.
+    privacy_spent : The same composition over a fitted estimator's steps.
+
+    Examples
+    --------
+    >>> from skdp.privacy import Spend, compose
+    >>> compose([Spend.approx(1.0, 1e-6), Spend.approx(2.0, 1e-6, "replace-one")])
+    (4.0, 4.718281828459045e-06, 'replace-one')
     """
     spends = list(spends)
     adjacency = common_adjacency(spends)
