@@ -257,3 +257,9 @@ def test_search_cost_uses_curves_only_for_kfold_training_sizes():
             warnings.simplefilter("ignore")
             nm.fit(X, Y)
         search_privacy_cost(nm, n_samples=len(X))
+
+
+def test_the_accountant_never_reports_a_negative_epsilon():
+    from skdp.privacy import compute_epsilon
+
+    assert compute_epsilon(1e6, 1.0, 10, 1e-3) >= 0.0  # Opacus's conversion gave -0.001

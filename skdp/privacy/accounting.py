@@ -298,7 +298,7 @@ class PrivacyAccountant:
             # "Optimal order is the largest alpha": the bound is valid, only less tight.
             warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
             if self.accounting == "rdp":
-                eps = float(_rdp_epsilon(self.history, delta))
+                eps = max(0.0, float(_rdp_epsilon(self.history, delta)))  # Opacus can return -0.001 at huge sigma
             else:
                 acc = _opacus_accountant(self.accounting)
                 acc.history = list(self.history)
