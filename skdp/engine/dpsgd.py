@@ -320,6 +320,8 @@ class DPSGDEngine:
             # (skdp.utils.taps: the identity outside tests and audits).
             clipped = taps.release("dpsgd", [grads.get(p, torch.zeros_like(p)) for p in self.params],
                                    self.max_grad_norm, "l2")
+            # Audit-only gradient canaries of skdp.audit (norm C each, in the lots like records): identity else.
+            clipped = taps.add_gradient_canaries(self.params, clipped, self.max_grad_norm)
             grads = dict(zip(self.params, clipped))
         # Noise is drawn already scaled and the clipped sum added into it in place:
         # one pass of the generator and one of the addition per parameter.

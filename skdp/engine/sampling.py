@@ -1,6 +1,8 @@
 """Poisson sampling of lots, as the accountant assumes."""
 import numpy as np
 
+from ..utils import taps
+
 
 class PoissonBatchSampler:
     """Yields ``n_batches`` lots; each example joins each lot independently with ``sample_rate``.
@@ -56,4 +58,5 @@ class PoissonBatchSampler:
         # under insecure_noise_seed (tests/test_sensitivity_harness.py). Fresh entropy stays fresh.
         for lot_rng in self.rng.spawn(self.n_batches):
             mask = lot_rng.random(self.n_samples) < self.sample_rate
+            taps.lot_drawn(self.sample_rate)  # an audit's gradient canaries join the lot at the same rate
             yield np.flatnonzero(mask).tolist()

@@ -21,6 +21,12 @@ identity and cost one context-variable read. Inside one, which only tests and
   fitted estimators hold must then be equal, unless something reached the
   released model without going through a mechanism (a leak). This is the
   generic sensitivity harness of ``tests/test_sensitivity_harness.py``.
+- :func:`scaled_noise`: every mechanism's noise multiplied by a factor (0.5: a
+  sensitivity silently doubled, the audits' second twin); not certified either.
+- :func:`gradient_canaries` (opened by :func:`skdp.audit.one_run_audit` only):
+  the noise stays, and every DP-SGD release also gets the clipped gradients of
+  synthetic Dirac canaries, Poisson-sampled into the lots like records. Not
+  certified: the fit trained on records that are not the user's.
 
 The state is a ``contextvars.ContextVar``: local to the thread (and asyncio
 task), never sent to joblib workers, restored when the block ends.
@@ -137,6 +143,85 @@ class _NoiseOff:
         return value
 
 
+class _ScaledNoise(_NoiseOff):
+    noise_off = False
+
+    def __init__(self, factor):
+        self.noise_scale = float(factor)
+
+
+class _GradientCanaries:
+    """Dirac gradient canaries in every DP-SGD release; any outer tap (noise off, scaled) still applies.
+
+    Canary i is a synthetic record whose clipped gradient, in each engine, is ``C e_c``: the engine's
+    clipping bound C in one coordinate c of its flattened trainable parameters (its own, distinct, chosen
+    at the engine's first release), 0 elsewhere: the largest contribution one record may make to the sum.
+    An included canary joins each lot independently with the lot's Poisson rate q (``lot_drawn``, called by
+    the sampler as it draws the records' lot) and every release on that lot adds its gradient to the
+    clipped sum before the noise: the same clipping bound, noise and accountant as the real records.
+    """
+    alters = True
+
+    def __init__(self, included, rng, outer=None):
+        self.included = np.asarray(included, dtype=bool)
+        self.rng, self.outer = rng, outer
+        self.in_lot = np.zeros(len(self.included), dtype=bool)
+        self.lots = 0
+        self.engines = []  # one dict per engine seen: params, coordinates, initial values
+
+    @property
+    def noise_off(self):
+        return self.outer is not None and self.outer.noise_off
+
+    @property
+    def noise_scale(self):
+        return 1.0 if self.outer is None else getattr(self.outer, "noise_scale", 1.0)
+
+    def release(self, mechanism, value, sensitivity, norm, adjacency="add/remove"):
+        return value if self.outer is None else self.outer.release(mechanism, value, sensitivity, norm, adjacency)
+
+    def lot_drawn(self, sample_rate):
+        self.lots += 1
+        self.in_lot = self.included & (self.rng.random(len(self.included)) < sample_rate)
+
+    def _engine(self, params, clipped):
+        for entry in self.engines:
+            if len(entry["params"]) == len(params) and all(a is b for a, b in zip(entry["params"], params)):
+                return entry
+        sizes = np.array([p.numel() for p in params])
+        m = len(self.included)
+        if m > sizes.sum():
+            raise ValueError(f"n_canaries={m} gradient canaries need {m} distinct coordinates, but a network "
+                             f"trained here has {int(sizes.sum())} trainable parameters; use n_canaries <= "
+                             f"{int(sizes.sum())}.")
+        # The coordinates where the records' clipped gradient on this first lot is smallest (ties at random):
+        # there the data least masks a canary (a weight of an input that is always 0 is never moved by the
+        # data). The choice depends on the records and the lot, never on which canaries are included.
+        magnitude = np.abs(np.concatenate([_flat(g) for g in clipped]))
+        coords = np.lexsort((self.rng.random(len(magnitude)), magnitude))[:m]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        which = np.searchsorted(starts, coords, side="right") - 1
+        # The initial weights (a float64 copy): the score is each coordinate's movement from them.
+        entry = {"params": list(params), "which": which, "offsets": coords - starts[which], "releases": 0,
+                 "initial": [_flat(p).reshape(tuple(p.shape)) for p in params]}
+        self.engines.append(entry)
+        return entry
+
+    def add_canaries(self, params, clipped, max_grad_norm):
+        import torch
+
+        entry = self._engine(params, clipped)
+        entry["releases"] += 1
+        clipped = list(clipped)
+        for j in np.unique(entry["which"][self.in_lot]):
+            rows = self.in_lot & (entry["which"] == j)
+            g = clipped[j].detach().reshape(-1).clone()
+            offsets = torch.as_tensor(entry["offsets"][rows], device=g.device)
+            g.index_add_(0, offsets, torch.full((len(offsets),), float(max_grad_norm), dtype=g.dtype, device=g.device))
+            clipped[j] = g.reshape(clipped[j].shape)
+        return clipped
+
+
 def release(mechanism, value, sensitivity, norm="l2", adjacency="add/remove"):
     """Pass a mechanism's exact value through the active tap; returns the value to add noise to.
 
@@ -164,14 +249,41 @@ def public_count(name, value):
 
 
 def noise_factor():
-    """1.0, or 0.0 inside a tap that removes the noise: every mechanism multiplies its noise scale by it."""
+    """1.0; 0.0 inside a tap that removes the noise, the factor of :func:`scaled_noise` inside that one.
+
+    Every mechanism multiplies its noise scale by it.
+    """
     mode = _MODE.get()
-    return 0.0 if mode is not None and mode.noise_off else 1.0
+    if mode is None:
+        return 1.0
+    return 0.0 if mode.noise_off else getattr(mode, "noise_scale", 1.0)
 
 
 def noise_removed():
-    """Whether an audit tap removes the noise here (fits then report ``privacy_certified_=False``)."""
-    return noise_factor() == 0.0
+    """Whether an audit tap alters the mechanisms here (noise removed or scaled, canaries added).
+
+    Fits then report ``privacy_certified_=False``.
+    """
+    mode = _MODE.get()
+    return mode is not None and (noise_factor() != 1.0 or getattr(mode, "alters", False))
+
+
+def lot_drawn(sample_rate):
+    """Called by the Poisson sampler as it draws a lot: audit canaries join it with the same rate (else nothing)."""
+    mode = _MODE.get()
+    if mode is not None and hasattr(mode, "lot_drawn"):
+        mode.lot_drawn(sample_rate)
+
+
+def add_gradient_canaries(params, clipped, max_grad_norm):
+    """The DP-SGD clipped sum plus the gradients of the audit canaries in this lot; ``clipped`` outside an audit.
+
+    ``params`` are the engine's trainable parameters and ``clipped`` their clipped gradient sums, in order.
+    """
+    mode = _MODE.get()
+    if mode is None or not hasattr(mode, "add_canaries"):
+        return clipped
+    return mode.add_canaries(params, clipped, max_grad_norm)
 
 
 @contextlib.contextmanager
@@ -186,6 +298,25 @@ def _active(mode):
 def noise_off():
     """Context: every mechanism adds zero noise; fits inside are not certified (audit twins, tests)."""
     return _active(_NoiseOff())
+
+
+def scaled_noise(factor):
+    """Context: every mechanism's noise is multiplied by ``factor``; fits inside are not certified.
+
+    ``factor=0.5`` is a sensitivity silently doubled (or, with ``max_grad_norm`` doubled, DP-SGD's clipping
+    bound doubled while the noise stays calibrated to the old one): an audit twin that must be caught.
+    """
+    return _active(_ScaledNoise(factor))
+
+
+def gradient_canaries(included, rng):
+    """Context (:func:`skdp.audit.one_run_audit` only): Dirac gradient canaries in every DP-SGD release.
+
+    ``included[i]``: whether canary i is in the training set; ``rng`` draws the canaries' lots and
+    coordinates. Yields the mode, whose ``engines`` list each engine's canary coordinates and their
+    initial values. An outer tap (:func:`noise_off`, :func:`scaled_noise`) still applies inside.
+    """
+    return _active(_GradientCanaries(included, rng, outer=_MODE.get()))
 
 
 def recording():
