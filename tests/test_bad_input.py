@@ -135,7 +135,23 @@ ODD_CALLS = {
     **{f"{name} {param}=True": (lambda n=name, p=param: _dp_sgd(n, **{p: True}), f"'{param}'.*True")
        for name in ("DPMomentumClassifier", "DPMomentumRegressor", "PGEGenerator", "SRGANTransformer")
        for param in ("epsilon", "batch_size")},
+    # The audits' delta is a probability below 1: NaN or 2 gave a bound of 0.0 (hiding a leak), -1 gave 12.3.
+    **{f"one_run_audit delta={d!r}": (lambda d=d: _audit(delta=d), r"delta must be .*\[0, 1\)")
+       for d in (np.nan, 2.0, -1.0, 1.0, True)},
+    **{f"one_run_epsilon_lower_bound delta={d!r}": (lambda d=d: _audit_bound(d), r"delta must be .*\[0, 1\)")
+       for d in (np.nan, 2.0, -1.0, 1.0, "1e-5")},
 }
+
+
+def _audit(**params):
+    from skdp.audit import one_run_audit
+    clf = DPFisherClassifier(epsilon=1.0, bounds=(-20, 20), classes=[0, 1])
+    return one_run_audit(clf, X, Y, X[:10], Y[:10], random_state=0, **params)
+
+
+def _audit_bound(delta):
+    from skdp.audit import one_run_epsilon_lower_bound
+    return one_run_epsilon_lower_bound(1000, 100, 100, delta)
 
 
 @pytest.mark.parametrize("case", ODD_CALLS)

@@ -1,14 +1,33 @@
-"""One-run auditing (Steinke, Nasr & Jagielski, NeurIPS 2023).
+"""One-run auditing (Steinke, Nasr & Jagielski, NeurIPS 2023), with input or gradient canaries.
 
 Insert m canaries, each independently with probability 1/2, train once,
-score every canary, guess "in" for the ``k_plus`` highest scores and "out" for
-the ``k_minus`` lowest. Under (epsilon, delta)-DP the number of correct
-guesses v out of r is stochastically dominated by Binomial(r, q) with
+score every canary, then guess "in" or "out" for k of them (abstaining on the
+others), any way the output suggests. Under (epsilon, delta)-DP the number of
+correct guesses v out of k is stochastically dominated by Binomial(k, q) with
 ``q = e^eps / (1 + e^eps)``, up to a delta term (their Theorem 3.1):
-``P[>= v correct] <= P[Bin(r, q) >= v] + 2 m delta max_i P[v > Bin(r, q) >= v - i] / i``.
+``P[>= v correct] <= P[Bin(k, q) >= v] + 2 m delta max_i P[v > Bin(k, q) >= v - i] / i``.
 The lower bound is the largest epsilon whose p-value stays below
-``1 - confidence``. The guess counts are fixed before the labels are seen,
-so a single bound is reported without a multiple-testing correction.
+``1 - confidence``. The f-DP analysis of the same guesses (Mahloujifar, Melis
+& Chaudhuri 2024; :mod:`skdp.audit.fdp`) bounds the mu of Gaussian DP, which
+is tighter for Gaussian mechanisms; both are reported.
+
+Canaries:
+
+- ``"input"``: records (``X_canary, y_canary``) added to the training data and
+  scored from the fitted model (black box, or any score given): every
+  estimator, the Fisher-type ones with "Dirac" records (canary i alone
+  non-zero in its own feature).
+- ``"gradient"``: white-box Dirac canaries of DP-SGD (Steinke et al. §5;
+  Nasr et al. 2023): canary i's clipped per-example gradient is ``C e_i``, the
+  clipping bound in its own parameter coordinate, added inside the engine
+  (:func:`skdp.utils.taps.gradient_canaries`) to every release of each lot it
+  is Poisson-sampled into, like a record. Its score is how far the trained
+  weights moved against that gradient along its coordinate. The fit is
+  never certified (it trained on records that are not the user's).
+
+Guess counts: each candidate count k (by default ``m / 10`` and ``m``) is
+tried at level ``(1 - confidence) / (number of counts)`` (Bonferroni), so
+the best bound over them still holds with ``confidence``.
 """
 import math
 import numbers
@@ -19,8 +38,15 @@ from scipy.optimize import brentq
 from scipy.stats import binom
 from sklearn.base import clone
 
+from ..mechanisms import gaussian_dp_epsilon
 from ..privacy.report import privacy_spent
 from ..utils.random import make_rng
+from .fdp import one_run_gaussian_lower_bound
+
+#: Canaries of :func:`one_run_audit`.
+CANARIES = ("input", "gradient")
+#: Gradient canaries when ``n_canaries`` is not given.
+DEFAULT_GRADIENT_CANARIES = 1000
 
 
 def one_run_p_value(epsilon, n_canaries, n_guesses, n_correct, delta):
@@ -44,7 +70,7 @@ def one_run_p_value(epsilon, n_canaries, n_guesses, n_correct, delta):
     n_correct : int
         Guesses ``v`` that were right.
     delta : float
-        The delta of the claim; 0 gives the plain binomial tail.
+        The delta of the claim, in [0, 1); 0 gives the plain binomial tail.
 
     Returns
     -------
@@ -63,6 +89,8 @@ def one_run_p_value(epsilon, n_canaries, n_guesses, n_correct, delta):
     >>> round(one_run_p_value(1.0, n_canaries=100, n_guesses=50, n_correct=40, delta=0.0), 4)
     0.1743
     """
+    _check_delta(delta)
+    _check_counts(n_canaries, n_guesses, n_correct)
     q = math.exp(epsilon) / (1 + math.exp(epsilon)) if epsilon < 700 else 1.0
     tail = binom.sf(n_correct - 1, n_guesses, q)
     if delta == 0 or n_correct == 0:
@@ -90,7 +118,7 @@ def one_run_epsilon_lower_bound(n_canaries, n_guesses, n_correct, delta, confide
     n_correct : int
         Guesses ``v`` that were right.
     delta : float
-        The delta of the claim being audited.
+        The delta of the claim being audited, in [0, 1).
     confidence : float, default=0.95
         Confidence of the bound, in (0, 1).
 
@@ -99,6 +127,12 @@ def one_run_epsilon_lower_bound(n_canaries, n_guesses, n_correct, delta, confide
     epsilon : float
         The lower bound on epsilon (0.0 if nothing is refuted, ``inf`` if
         every epsilon up to 100 is).
+
+    Raises
+    ------
+    ValueError
+        If ``delta`` is not in [0, 1) (NaN included), or the counts are not
+        ``0 <= n_correct <= n_guesses <= n_canaries``.
 
     See Also
     --------
@@ -115,6 +149,7 @@ def one_run_epsilon_lower_bound(n_canaries, n_guesses, n_correct, delta, confide
     0.0
     """
     _check_confidence(confidence)
+    _check_delta(delta)
     alpha = 1 - confidence
     if n_guesses == 0 or one_run_p_value(0.0, n_canaries, n_guesses, n_correct, delta) > alpha:
         return 0.0
@@ -133,11 +168,31 @@ def _check_confidence(confidence):
         raise ValueError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence!r}.")
 
 
-def _check_guesses(n_guesses, n_canaries):
-    if not (isinstance(n_guesses, numbers.Integral) and not isinstance(n_guesses, bool)
-            and 1 <= n_guesses <= n_canaries):
-        raise ValueError(f"n_guesses must be an int in [1, n_canaries={n_canaries}] (more guesses than canaries "
-                         f"would count guesses never made); got {n_guesses!r}.")
+def _check_delta(delta):
+    # delta is a probability below 1: NaN or 2 made the bound 0 (hiding a leak), -1 made it 12 (inflating it).
+    if not (isinstance(delta, numbers.Real) and not isinstance(delta, bool) and 0 <= delta < 1):
+        raise ValueError(f"delta must be a number in [0, 1), e.g. the estimator's delta_ = 1e-5; got {delta!r}.")
+
+
+def _check_counts(n_canaries, n_guesses, n_correct):
+    ints = all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (n_canaries, n_guesses, n_correct))
+    if not (ints and 0 <= n_correct <= n_guesses <= n_canaries and n_canaries >= 1):
+        raise ValueError(f"the counts must be ints with 0 <= n_correct <= n_guesses <= n_canaries and "
+                         f"n_canaries >= 1; got n_canaries={n_canaries!r}, n_guesses={n_guesses!r}, "
+                         f"n_correct={n_correct!r}.")
+
+
+def _guess_counts(n_guesses, m):
+    """The guess counts tried: "auto" -> m / 10 and m; an int or a list of ints in [1, m]."""
+    if n_guesses is None or (isinstance(n_guesses, str) and n_guesses == "auto"):
+        return sorted({max(1, round(m / 10)), m})
+    counts = [n_guesses] if isinstance(n_guesses, numbers.Integral) else list(n_guesses) \
+        if isinstance(n_guesses, (list, tuple, range, np.ndarray)) else None
+    if not counts or not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) and 1 <= k <= m
+                             for k in counts):
+        raise ValueError(f"n_guesses must be 'auto', an int or a list of ints in [1, n_canaries={m}] (more "
+                         f"guesses than canaries would count guesses never made); got {n_guesses!r}.")
+    return sorted({int(k) for k in counts})
 
 
 def log_likelihood_score(estimator, X, y):
@@ -192,34 +247,48 @@ class AuditResult:
     canaries' coin flips and the mechanism's noise); a bound above
     ``claimed_epsilon`` refutes the claim at that confidence. A bound below it
     does not prove the claim: it means only that this attack found no
-    violation. ``str(result)`` is a one-line summary.
+    violation. ``mu_lower_bound`` is the f-DP analysis of the same guesses: it
+    refutes "mu-Gaussian DP", and ``gaussian_epsilon_lower_bound`` reads it
+    as an epsilon at ``delta`` for a Gaussian-shaped curve (DP-SGD, Gaussian
+    sums; not a Laplace or exponential mechanism, which it may exceed while
+    keeping its claim). ``str(result)`` is a one-line summary.
 
     Parameters
     ----------
     epsilon_lower_bound : float
-        The empirical lower bound on epsilon.
+        The empirical lower bound on epsilon at ``delta`` (Steinke, Nasr &
+        Jagielski 2023).
     claimed_epsilon : float
-        The epsilon the fitted estimator reports (summed over a Pipeline's
+        The epsilon the fitted estimator reports (composed over a Pipeline's
         steps).
     n_canaries : int
         Canaries, each included in training with probability 1/2.
     n_guesses : int
-        Guesses made, half "in" (highest scores), half "out" (lowest).
+        Guesses made for the reported bound (the best of the counts tried).
     n_correct : int
-        Guesses that were right.
+        Of them, the guesses that were right.
     confidence : float
-        Confidence of ``epsilon_lower_bound``.
+        Confidence of both bounds.
     delta : float
-        The delta of the claim the bound was computed at.
+        The delta of the claim the bounds were computed at.
     scores : ndarray of shape (n_canaries,)
-        Each canary's membership score.
+        Each canary's membership score (higher: more likely in).
     included : ndarray of bool, shape (n_canaries,)
         Which canaries were in the training set (secret to the attack).
+    mu_lower_bound : float, default=0.0
+        The empirical lower bound on mu of Gaussian DP (f-DP analysis,
+        Mahloujifar, Melis & Chaudhuri 2024).
+    gaussian_epsilon_lower_bound : float, default=0.0
+        ``mu_lower_bound`` as an epsilon at ``delta``
+        (:func:`skdp.mechanisms.gaussian_dp_epsilon`).
+    canaries : {"input", "gradient"}, default="input"
+        The kind of canaries.
 
     See Also
     --------
     one_run_audit : Produces this result.
     one_run_epsilon_lower_bound : How ``epsilon_lower_bound`` is computed.
+    one_run_gaussian_lower_bound : How ``mu_lower_bound`` is computed.
 
     Examples
     --------
@@ -228,8 +297,9 @@ class AuditResult:
     >>> result = AuditResult(0.5, 1.0, 100, 20, 14, 0.95, 1e-5, np.zeros(100), np.zeros(100, bool))
     >>> result.consistent
     True
-    >>> print(result)
-    one-run audit: epsilon >= 0.500 at 95% confidence (14/20 guesses right, 100 canaries); claimed epsilon = 1
+    >>> print(result)  # doctest: +NORMALIZE_WHITESPACE
+    one-run audit: epsilon >= 0.500 at 95% confidence (14/20 guesses right, 100 input canaries);
+    Gaussian f-DP: mu >= 0.000, epsilon >= 0.000; claimed epsilon = 1
     """
 
     epsilon_lower_bound: float
@@ -241,65 +311,157 @@ class AuditResult:
     delta: float
     scores: np.ndarray = field(repr=False)
     included: np.ndarray = field(repr=False)
+    mu_lower_bound: float = 0.0
+    gaussian_epsilon_lower_bound: float = 0.0
+    canaries: str = "input"
 
     @property
     def consistent(self):
-        """True when the audit does not refute the claim."""
+        """True when the (epsilon, delta) bound does not refute the claim."""
         return self.epsilon_lower_bound <= self.claimed_epsilon
 
     def __str__(self):
         return (f"one-run audit: epsilon >= {self.epsilon_lower_bound:.3f} at {self.confidence:.0%} "
-                f"confidence ({self.n_correct}/{self.n_guesses} guesses right, {self.n_canaries} canaries); "
-                f"claimed epsilon = {self.claimed_epsilon:g}")
+                f"confidence ({self.n_correct}/{self.n_guesses} guesses right, {self.n_canaries} {self.canaries} "
+                f"canaries); Gaussian f-DP: mu >= {self.mu_lower_bound:.3f}, epsilon >= "
+                f"{self.gaussian_epsilon_lower_bound:.3f}; claimed epsilon = {self.claimed_epsilon:g}")
 
 
-def one_run_audit(estimator, X, y, X_canary, y_canary, *, score=log_likelihood_score, n_guesses=None,
-                  confidence=0.95, delta=None, random_state=None):
+def _threshold(scores):
+    """Where the scores split in two (1-D 2-means from the median): between the clusters when they separate.
+
+    A function of the output only, so the guesses made from it keep the audit's guarantee.
+    """
+    t = float(np.median(scores))
+    for _ in range(100):
+        high = scores > t
+        if high.all() or not high.any():
+            break
+        new = (scores[high].mean() + scores[~high].mean()) / 2
+        if new == t:
+            break
+        t = float(new)
+    return t
+
+
+def one_run_guesses(scores, n_guesses, rng):
+    """Guesses from the scores: ``+1`` (in) for the highest, ``-1`` (out) for the lowest, 0 (abstain) elsewhere.
+
+    The ``n_guesses`` are shared between the two ends in the proportion of
+    the scores above the 2-means threshold, so that with every canary
+    guessed the guesses are the threshold's split (all right when the
+    scores separate, whatever the number of included canaries); ties are
+    broken at random, so that equal scores carry no information.
+    """
+    m = len(scores)
+    above = float(np.mean(scores > _threshold(scores)))
+    k_in = min(n_guesses, max(0, int(round(n_guesses * above))))
+    order = np.lexsort((rng.random(m), scores))
+    guesses = np.zeros(m, dtype=int)
+    guesses[order[:n_guesses - k_in]] = -1
+    guesses[order[m - k_in:]] = 1
+    return guesses
+
+
+def one_run_bounds(scores, included, n_guesses, delta, confidence, rng):
+    """Both bounds over the guess counts tried (Bonferroni), with the counts of the best (epsilon, delta) one."""
+    m = len(scores)
+    counts = _guess_counts(n_guesses, m)
+    level = 1 - (1 - confidence) / len(counts)
+    best = (-1.0, 0, 0)
+    mu = 0.0
+    for k in counts:
+        guesses = one_run_guesses(scores, k, rng)
+        correct = int(np.sum(guesses == np.where(included, 1, -1)))
+        eps = one_run_epsilon_lower_bound(m, k, correct, delta, level)
+        if eps > best[0]:
+            best = (eps, k, correct)
+        mu = max(mu, one_run_gaussian_lower_bound(m, k, correct, level))
+    return best, mu
+
+
+def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="input", n_canaries=None,
+                  score=None, n_guesses="auto", confidence=0.95, delta=None, random_state=None):
     """Audit ``estimator`` (any skdp estimator or Pipeline) with one training run.
 
     Each canary is added to the training data independently with probability
     1/2, the estimator is fitted once, every canary is scored, and the
     auditor guesses "in" for the highest and "out" for the lowest scores. The
     number of right guesses gives a lower bound on epsilon that holds with
-    probability ``confidence`` (Steinke, Nasr & Jagielski, NeurIPS 2023). A
-    bound above the estimator's ``epsilon_`` refutes its claim; one below it
-    is what a correct implementation shows, and certifies nothing. The audit
-    trains on the canaries, so the fit spends the estimator's budget (and
-    writes to its ledger, if it has one) like any other fit.
+    probability ``confidence`` (Steinke, Nasr & Jagielski, NeurIPS 2023), and
+    the f-DP analysis of the same guesses a lower bound on the mu of Gaussian
+    DP (Mahloujifar, Melis & Chaudhuri 2024). A bound above the estimator's
+    ``epsilon_`` refutes its claim; one below it is what a correct
+    implementation shows, and certifies nothing. The audit trains on the
+    canaries, so the fit spends the estimator's budget (and writes to its
+    ledger, if it has one) like any other fit.
+
+    With ``canaries="input"`` the canaries are records (``X_canary,
+    y_canary``). With ``canaries="gradient"`` (DP-SGD estimators: classifier,
+    regressor, ``PGEGenerator``, private ``SRGANTransformer``, and Pipelines
+    or searches ending in one) they are white-box Dirac canaries: canary i's
+    clipped gradient is the clipping bound C in its own parameter coordinate,
+    and it is Poisson-sampled into the lots and noised with the records,
+    inside the engine; its score is how far the trained weights moved against
+    that gradient along its coordinate, after a least-squares fit on the
+    coordinates' initial values (weight decay, an EMA) is taken out, summed
+    over the engines (a GAN's two networks) in units of their spread. A fit
+    with gradient canaries is never certified.
 
     Parameters
     ----------
     estimator : estimator or Pipeline
-        Cloned, then fitted on ``X, y`` plus the included canaries.
+        Cloned, then fitted on ``X, y`` (plus the included input canaries).
     X, y : array-like
         The ordinary training data.
-    X_canary, y_canary : array-like
-        The canaries (for example from ``mislabelled_canaries``).
-    score : callable ``(fitted, X_canary, y_canary) -> scores``
-        Higher means "more likely a member". Default: log-likelihood of the
-        canary's label (black box).
-    n_guesses : int or None
-        Guesses in total, split evenly between the highest ("in") and lowest
-        ("out") scores; None -> a fifth of the canaries.
+    X_canary, y_canary : array-like or None, default=None
+        The input canaries (for example from ``mislabelled_canaries``); None
+        with gradient canaries.
+    canaries : {"input", "gradient"}, default="input"
+        Records given in ``X_canary, y_canary``, or white-box gradient
+        canaries of DP-SGD.
+    n_canaries : int or None, default=None
+        Gradient canaries, at most the trainable parameters of each network
+        (None: 1000). With input canaries: None or ``len(X_canary)``.
+    score : callable or None, default=None
+        ``(fitted, X_canary, y_canary) -> scores``, higher meaning "more
+        likely a member", for input canaries; None: the log-likelihood of the
+        canary's label (black box). Gradient canaries are scored white-box
+        (``score`` must be None).
+    n_guesses : "auto", int or list of int, default="auto"
+        Guesses, at most the canaries: each count given is tried at level
+        ``(1 - confidence) / len(counts)`` and the best bound kept. "auto":
+        ``m / 10`` and ``m`` (few sure guesses for a correct mechanism, all of
+        them when the scores separate).
     confidence : float, default=0.95
-        Confidence of the lower bound, in (0, 1).
-    delta : float or None
-        The delta of the claim; None reads the fitted ``delta_`` (last step of
-        a Pipeline), or 0 when there is none.
-    random_state : int, Generator or None
+        Confidence of the lower bounds, in (0, 1).
+    delta : float or None, default=None
+        The delta of the claim, in [0, 1); None reads the fitted ``delta_``
+        (composed over a Pipeline), or 0 when there is none.
+    random_state : int, Generator or None, default=None
         Seeds the canaries' inclusion and the tie-breaking of equal scores
-        (not the estimator's noise, which it draws itself).
+        (not the estimator's noise, nor the gradient canaries' lots, which
+        are drawn with the mechanism's fresh entropy).
 
     Returns
     -------
     result : AuditResult
-        The bound, the claim, the guess counts, each canary's score and
+        Both bounds, the claim, the guess counts, each canary's score and
         whether it was included.
+
+    Raises
+    ------
+    ValueError
+        If the canaries do not fit their kind (input canaries missing or of
+        different lengths, gradient canaries with ``X_canary`` or a
+        ``score``, more gradient canaries than parameters, no DP-SGD release
+        in the fit), or ``delta``, ``confidence`` or ``n_guesses`` is out of
+        range.
 
     See Also
     --------
-    mislabelled_canaries : Canaries that a non-private model memorises.
-    log_likelihood_score : The default membership score.
+    mislabelled_canaries : Input canaries that a non-private model memorises.
+    log_likelihood_score : The default score of input canaries.
     epsilon_lower_bound : An audit from many runs instead of one.
 
     Examples
@@ -313,37 +475,63 @@ def one_run_audit(estimator, X, y, X_canary, y_canary, *, score=log_likelihood_s
     ...                                           random_state=0)
     >>> clf = DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1])
     >>> result = one_run_audit(clf, X, y, X_canary, y_canary, random_state=0)
-    >>> result.claimed_epsilon, result.n_canaries, result.n_guesses
-    (1.0, 50, 10)
+    >>> result.claimed_epsilon, result.n_canaries, result.epsilon_lower_bound <= 1.0
+    (1.0, 50, True)
+
+    White-box gradient canaries of a DP-SGD classifier:
+
+    >>> from skdp import DPMomentumClassifier
+    >>> clf = DPMomentumClassifier(epsilon=4.0, classes=[0, 1], max_epochs=2, random_state=0)
+    >>> result = one_run_audit(clf, X, y, canaries="gradient", n_canaries=8, random_state=0)
+    >>> result.canaries, result.n_canaries, result.epsilon_lower_bound <= result.claimed_epsilon
+    ('gradient', 8, True)
     """
+    from .gradient import fit_with_gradient_canaries
+
     _check_confidence(confidence)
+    if delta is not None:
+        _check_delta(delta)
+    if canaries not in CANARIES:
+        raise ValueError(f"canaries must be one of {CANARIES}, got {canaries!r}.")
     rng = make_rng(random_state)
     X, y = np.asarray(X), np.asarray(y)
-    X_canary, y_canary = np.asarray(X_canary), np.asarray(y_canary)
-    m = len(X_canary)
-    if m == 0:
-        raise ValueError("one_run_audit needs at least one canary (X_canary is empty); see mislabelled_canaries.")
-    if len(y_canary) != m:
-        raise ValueError(f"X_canary has {m} rows but y_canary has {len(y_canary)}; give one label per canary.")
-    if n_guesses is not None:
-        _check_guesses(n_guesses, m)
-    included = rng.random(m) < 0.5
-    fitted = clone(estimator).fit(np.concatenate([X, X_canary[included]]),
-                                  np.concatenate([y, y_canary[included]]))
-    scores = np.asarray(score(fitted, X_canary, y_canary), dtype=float)
-    r = max(2, m // 5) if n_guesses is None else int(n_guesses)
-    # Ties are broken at random so that equal scores carry no information.
-    order = np.lexsort((rng.random(m), scores))
-    guess_out, guess_in = order[: r // 2], order[m - (r - r // 2):]
-    correct = int(included[guess_in].sum() + (~included[guess_out]).sum())
+    if canaries == "gradient":
+        if X_canary is not None or y_canary is not None or score is not None:
+            raise ValueError("canaries='gradient' makes its own canaries and scores them white-box: pass neither "
+                             "X_canary, y_canary nor score (they are for canaries='input').")
+        m = DEFAULT_GRADIENT_CANARIES if n_canaries is None else n_canaries
+        if not (isinstance(m, numbers.Integral) and not isinstance(m, bool) and m >= 1):
+            raise ValueError(f"n_canaries must be an int >= 1, got {n_canaries!r}.")
+        counts = _guess_counts(n_guesses, m)  # refused before the fit
+        included = rng.random(m) < 0.5
+        fitted, scores = fit_with_gradient_canaries(estimator, X, y, included)
+    else:
+        if X_canary is None or y_canary is None:
+            raise ValueError("canaries='input' needs X_canary and y_canary (see mislabelled_canaries), or use "
+                             "canaries='gradient' for a DP-SGD estimator.")
+        X_canary, y_canary = np.asarray(X_canary), np.asarray(y_canary)
+        m = len(X_canary)
+        if m == 0:
+            raise ValueError("one_run_audit needs at least one canary (X_canary is empty); see mislabelled_canaries.")
+        if len(y_canary) != m:
+            raise ValueError(f"X_canary has {m} rows but y_canary has {len(y_canary)}; give one label per canary.")
+        if n_canaries is not None and n_canaries != m:
+            raise ValueError(f"n_canaries={n_canaries!r} but X_canary has {m} rows: input canaries are the rows "
+                             "given (leave n_canaries=None).")
+        counts = _guess_counts(n_guesses, m)
+        included = rng.random(m) < 0.5
+        fitted = clone(estimator).fit(np.concatenate([X, X_canary[included]]),
+                                      np.concatenate([y, y_canary[included]]))
+        scores = np.asarray((score or log_likelihood_score)(fitted, X_canary, y_canary), dtype=float)
     claimed, claimed_delta = _claimed_privacy(fitted)
     delta = claimed_delta if delta is None else delta
-    bound = one_run_epsilon_lower_bound(m, r, correct, delta, confidence)
-    return AuditResult(bound, claimed, m, r, correct, confidence, delta, scores, included)
+    (bound, k, correct), mu = one_run_bounds(scores, included, counts, delta, confidence, rng)
+    return AuditResult(bound, claimed, m, k, correct, confidence, delta, scores, included, mu,
+                       gaussian_dp_epsilon(mu, delta) if delta > 0 else (math.inf if mu > 0 else 0.0), canaries)
 
 
 def _claimed_privacy(fitted):
-    """Sum of the epsilons and deltas the fitted steps report (basic composition)."""
+    """The (epsilon, delta) the fitted steps report, composed as :func:`skdp.privacy.privacy_spent` does."""
     eps, delta, _ = privacy_spent(fitted)
     return eps, delta
 
