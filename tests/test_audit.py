@@ -142,6 +142,15 @@ def test_gradient_audit_of_the_classifier(twin):
 
 
 @pytest.mark.parametrize("twin", ["shipped", "clip doubled"])
+def test_gradient_audit_sees_through_momentum_and_weight_decay(twin):
+    # Momentum weighs the steps unevenly and weight decay shrinks every weight towards 0 in proportion to its
+    # start (fitted out): the doubled clip is still caught (Gaussian bound 4.1 against 3.0).
+    X, y = _dead_features()
+    clf = DPMomentumClassifier(classes=[0, 1], momentum=0.9, optimizer__weight_decay=0.5, **_sgd(twin))
+    _check_twin(_gradient_audit(clf, X, y, twin, 4000), twin)
+
+
+@pytest.mark.parametrize("twin", ["shipped", "clip doubled"])
 def test_gradient_audit_of_the_regressor(twin):
     X, y = _dead_features(dead=4000)
     _check_twin(_gradient_audit(DPMomentumRegressor(momentum=0.0, **_sgd(twin)), X, X[:, 0] + y, twin, 4000), twin)
