@@ -93,17 +93,23 @@ def _spender(url, n, eps, out):
     out.put(done)
 
 
+def _race(target, args, n_procs=8):
+    """Run ``target(*args, out)`` in ``n_procs`` processes at once; the sum of what they put in ``out``."""
+    ctx = mp.get_context("fork")  # children only open the ledger: fork spares 8 imports of torch
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, out)) for _ in range(n_procs)]
+    for p in procs:
+        p.start()
+    done = sum(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    return done
+
+
 def test_racing_processes_never_overspend_and_lose_nothing(ledger_url):
     # 8 processes x 50 spends of 0.3 against a cap of 60: 200 fit, 200 must be refused.
     BudgetLedger(ledger_url, epsilon=60.0, delta=1.0)
-    ctx = mp.get_context("fork")  # children only open the ledger: fork spares 8 imports of torch
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_spender, args=(ledger_url, 50, 0.3, out)) for _ in range(8)]
-    for p in procs:
-        p.start()
-    succeeded = sum(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
+    succeeded = _race(_spender, (ledger_url, 50, 0.3))
     ledger = BudgetLedger(ledger_url)
     records = ledger.records()
     assert len(records) == succeeded == 200  # every reported spend recorded once, none lost or doubled
@@ -225,14 +231,7 @@ def test_racing_rdp_spenders_fill_the_filter_exactly_and_never_overspend(ledger_
     from skdp.privacy.composition import LEDGER_ORDERS, Spend, rdp_budget
 
     BudgetLedger(ledger_url, epsilon=3.0, delta=1e-5)
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rdp_spender, args=(ledger_url, 4, out)) for _ in range(8)]
-    for p in procs:
-        p.start()
-    succeeded = sum(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
+    succeeded = _race(_rdp_spender, (ledger_url, 4))
     ledger = BudgetLedger(ledger_url)
     assert ledger.composition == "rdp" and ledger.filter_order == 8.0
     # The filter at order 8 admits exactly floor(budget / rdp(8)) identical Gaussian spends, basic only 2.
