@@ -28,6 +28,7 @@ __all__ = ["DPQuantileScaler", "DPMedianImputer"]
 class _DPQuantileStep(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """Shared fit of the quantile steps: validate -> public grid -> charge -> one noisy histogram -> quantiles."""
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         "epsilon": PRIVACY_CONSTRAINTS["epsilon"],
         "delta": PRIVACY_CONSTRAINTS["delta"],

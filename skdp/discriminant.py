@@ -132,6 +132,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
     (3.0, 1e-05, True)
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         **PRIVACY_CONSTRAINTS,
         "bounds": [None, tuple, list],

@@ -334,6 +334,15 @@ class RowFunctionTransformer(FunctionTransformer):
     privacy and a certified Pipeline may hold it. Slower than the vectorised
     call (one Python call per row); use it for cheap maps.
 
+    ``func`` must keep no state: a callable that learns as it goes (a
+    streaming standardiser's running mean) would carry earlier rows into later
+    ones and be released with the model. ``func`` and ``kw_args`` are
+    fingerprinted by value (cloudpickle: attributes, closures and containers)
+    before and after each call of ``transform``, and a change is refused with
+    ``ValueError``. The limit: state kept outside them (a module's global, a
+    file, a database) is not seen; such a function is not row-wise and must
+    not be used here.
+
     Parameters
     ----------
     func : callable or None, default=None
@@ -383,10 +392,20 @@ class RowFunctionTransformer(FunctionTransformer):
     def _transform(self, X, func=None, kw_args=None):
         if func is None:
             return X
+        before = _fingerprint(func, kw_args)
         n = X.shape[0]
         rows = [func(X.iloc[i:i + 1] if hasattr(X, "iloc") else X[i:i + 1], **(kw_args or {})) for i in range(n)]
         if n == 0:
-            return func(X, **(kw_args or {}))
+            rows = func(X, **(kw_args or {}))
+        for name, value, was in (("func", func, before[0]), ("kw_args", kw_args, before[1])):
+            if _fingerprint(value)[0] != was:
+                raise ValueError(
+                    f"RowFunctionTransformer: {name} changed while transforming the rows ({type(value).__name__} "
+                    "keeps state: a running mean, a cache, a list it appends to): each row's output would depend "
+                    "on the rows before it, and the state would be released with the model. Use a function "
+                    "without state (public constants only), or a DP step for statistics of the data.")
+        if n == 0:
+            return rows
         if hasattr(rows[0], "iloc"):
             import pandas as pd
 
@@ -396,6 +415,25 @@ class RowFunctionTransformer(FunctionTransformer):
 
             return sp.vstack(rows).tocsr()
         return np.concatenate([np.asarray(r).reshape(1, -1) if np.ndim(r) < 2 else np.asarray(r) for r in rows])
+
+
+def _fingerprint(*values):
+    """A digest of each of ``values``, deep (by value: closures, attributes and containers included)."""
+    import hashlib
+
+    try:
+        import cloudpickle  # a dependency of joblib >= 1.5; vendored by older versions
+    except ImportError:  # pragma: no cover
+        from joblib.externals import cloudpickle
+
+    digests = []
+    for value in values:
+        try:
+            digests.append(hashlib.sha256(cloudpickle.dumps(value)).hexdigest())
+        except Exception as exc:  # noqa: BLE001 (anything pickling raises)
+            raise TypeError(f"RowFunctionTransformer cannot check that {type(value).__name__} keeps no state: it "
+                            f"cannot be pickled ({exc}). Use a picklable function.") from exc
+    return digests
 
 
 from .imaging.scattering import ScatteringTransform  # noqa: E402,F401  (re-exported: the transformers' home)

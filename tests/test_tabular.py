@@ -153,7 +153,8 @@ def test_column_transformer_with_public_categories_and_momentum_classifier_is_ce
     X, y = _two_scales(600)
     df = pd.DataFrame(X, columns=["a", "b", "c"]).assign(colour=np.where(y == 1, "red", "blue"))
     pre = ColumnTransformer([("num", DPQuantileScaler(epsilon=0.3), ["a", "b", "c"]),
-                             ("cat", OneHotEncoder(categories=[["blue", "green", "red"]]), ["colour"])])
+                             ("cat", OneHotEncoder(categories=[["blue", "green", "red"]], handle_unknown="ignore"),
+                              ["colour"])])
     pipe = make_pipeline(pre, DPMomentumClassifier(epsilon=0.7, classes=[0, 1], max_epochs=3, random_state=0))
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)

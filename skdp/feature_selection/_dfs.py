@@ -134,6 +134,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     ((2000, 5), 3.0, True)
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         **TopKSelectorMixin._selector_constraints,
         **PRIVACY_CONSTRAINTS,

@@ -144,6 +144,7 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     (3, 4)
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         **PRIVACY_CONSTRAINTS,
         "n_features_to_select": [Interval(numbers.Integral, 1, None, closed="left")],

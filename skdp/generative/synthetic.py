@@ -8,6 +8,7 @@ from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..exceptions import warn_privacy
+from ..utils import taps
 from ..utils.random import make_rng
 from ..utils.validation import set_init_params
 
@@ -70,6 +71,7 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     (5.33, (3, 2))
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         "generator": [HasMethods(["fit", "sample"])],
         "classifier": [None, HasMethods(["fit", "predict"])],
@@ -108,7 +110,8 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         self.generator_ = clone(self.generator).fit(X, y)
         rng = make_rng(self.random_state)
         classes, prior = self.generator_.classes_, self.generator_.class_prior_
-        n = max(len(classes), int(round(self.synthetic_ratio * len(X))))
+        # The number of records is public (skdp's assumption): the audit tap may pin it to its neighbour's.
+        n = max(len(classes), int(round(self.synthetic_ratio * taps.public_count("n_samples", len(X)))))
         # Labels from the generator's (noisy) proportions, with every class at least once so the
         # classifier knows all of them.
         labels = np.r_[classes, rng.choice(classes, size=n - len(classes), p=prior)]

@@ -50,6 +50,7 @@ release (a fit's duration grows with the secret ``K``).
 """
 import math
 import numbers
+import warnings
 import zlib
 
 import numpy as np
@@ -57,6 +58,7 @@ from joblib import Parallel, delayed
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, _fit_context, clone, is_classifier
 from sklearn.metrics import accuracy_score
 from sklearn.model_selection import ParameterGrid, ParameterSampler
+from sklearn.pipeline import Pipeline
 from sklearn.utils import indexable
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.metaestimators import available_if
@@ -111,16 +113,21 @@ def _fit_trial(estimator, X_train, y_train, X_val, y_val):
     """
     from joblib import hash as fingerprint
 
-    estimator.fit(X_train, y_train)
-    _eval_mode(estimator)  # predict switches torch modules to eval mode: not a change of what was learnt
-    before = fingerprint(estimator)
-    y_val = np.asarray(y_val)
-    correct = sum(int(np.asarray(estimator.predict(_index(X_val, [i])))[0] == y_val[i]) for i in range(len(y_val)))
+    # The trial's warnings are recorded, not shown: the search shows each distinct one once, since K trials
+    # warning K times would tell the secret number of trials.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimator.fit(X_train, y_train)
+        _eval_mode(estimator)  # predict switches torch modules to eval mode: not a change of what was learnt
+        before = fingerprint(estimator)
+        y_val = np.asarray(y_val)
+        correct = sum(int(np.asarray(estimator.predict(_index(X_val, [i])))[0] == y_val[i])
+                      for i in range(len(y_val)))
     if fingerprint(estimator) != before:
         raise RuntimeError(f"{type(estimator).__name__} changed its fitted state while predicting the validation "
                            "records: a prediction would depend on the records predicted before it, so the "
                            "noisy score would not be private. Nothing is released.")
-    return estimator, correct
+    return estimator, correct, [(w.category, str(w.message)) for w in caught]
 
 
 def _eval_mode(obj, seen=None, depth=0):
@@ -209,8 +216,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         noise and certifies nothing (``epsilon_=inf``).
     return_curator_results : bool, default=False
         True stores ``curator_results_``, every trial's parameters and exact
-        validation accuracy, for the data curator only: NOT private and not
-        covered by ``epsilon_`` (delete it before releasing the search).
+        validation accuracy and the secret number of trials, for the data
+        curator only: NOT private, so the search then reports
+        ``privacy_certified_=False`` (``best_estimator_`` alone stays covered).
     ledger : BudgetLedger or None, default=None
         Charged once, with (``epsilon_``, ``delta_``), before any training.
     n_jobs : int or None, default=None
@@ -226,7 +234,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
     Attributes
     ----------
     best_estimator_ : estimator
-        The winning trial's fitted model (``refit=True``).
+        The winning trial's fitted model (``refit=True``). Its DP step reports
+        the search's ``epsilon_``, ``delta_``, ``privacy_cost_`` and
+        certification, not its trial's: it was chosen among the secret trials,
+        so releasing it alone costs the whole search.
     best_params_ : dict
         Its candidate parameters.
     best_score_ : float
@@ -243,7 +254,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         Its delta.
     privacy_certified_ : bool
         Whether (``epsilon_``, ``delta_``) is a proven guarantee of the released
-        attributes (``curator_results_`` excluded by design).
+        attributes (False with ``curator_results_``).
     privacy_notes_ : tuple of str
         Why not, when it is not.
     noise_seeded_ : bool
@@ -286,6 +297,7 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
     (3,)
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         "estimator": [HasMethods(["fit", "predict"])],
         "param_grid": [None, dict, list],
@@ -382,8 +394,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             if self.public_estimator:
                 return None, None
             raise ValueError(
-                f"{type(self.estimator).__name__} has no epsilon parameter: it is not differentially private, so "
-                "the search could not be either. Use a DP estimator (DPMomentumClassifier), or pass "
+                f"{type(self.estimator).__name__} holds no DP estimator (a parameter named epsilon is not one): it is "
+                "not differentially private, so the search could not be either. Use a DP estimator "
+                "(DPMomentumClassifier), or pass "
                 "public_estimator=True to declare the data public (the search then certifies nothing).")
         if len(steps) > 1:
             raise ValueError(f"PrivateSearchCV supports one DP step per candidate; {type(self.estimator).__name__} "
@@ -420,12 +433,14 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                              "values or a distribution for the numeric ones.")
         return list(grid)
 
-    def _inspect(self, template, params):
+    def _inspect(self, template, params, stand_in=None, n_samples=None):
         """``(trial, step, prefix, leaks, notes)`` of one candidate: validated, its DP step, what it leaks.
 
         Everything here reads parameters only, and runs for every candidate before the budget is charged:
         a candidate that cannot fit (``lr=-1``) is refused before it costs anything, and a candidate with a
         learning step (``{"pre": [StandardScaler()]}``) is found whether or not a trial would draw it.
+        With ``stand_in`` (public zeros shaped like the rows) and ``n_samples``, the candidate's network is
+        also built and run once on it (:meth:`_check_runs`).
         """
         from ..privacy.public_steps import non_private_steps
 
@@ -436,11 +451,42 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         step, prefix = self._find_dp_step(trial)
         if step is not None and hasattr(step, "_check_net_kwargs"):
             step._check_net_kwargs()
+        if stand_in is not None and step is not None and hasattr(step, "_check_buildable"):
+            self._check_runs(trial, step, prefix, params, stand_in, n_samples)
         leaks = [message for path, message in non_private_steps(trial) if step is None or path + "__" != prefix]
         notes = []
         if step is not None and "classes" in step.get_params(deep=False) and step.get_params()["classes"] is None:
             notes.append("classes")
         return trial, step, prefix, leaks, notes
+
+    @staticmethod
+    def _check_runs(trial, step, prefix, params, stand_in, n_samples):
+        """Build the candidate's network and run one forward on the public stand-in, before the charge.
+
+        The stand-in goes through the Pipeline's steps before the DP step first (public zeros: nothing
+        private is read). A candidate whose network cannot be built or run (``module="cnn"`` without
+        ``image_shape``, ``module__hidden_sizes=(0,)``, ``module__typo``) would otherwise fail in its trial,
+        after the search charged its budget, and release nothing.
+        """
+        rows = stand_in
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # about public zeros: nothing to say
+            if step is not trial:
+                path = prefix[:-2]
+                if not (isinstance(trial, Pipeline) and path in trial.named_steps):
+                    return  # deeper than a Pipeline's step: the trial's own fit checks it
+                index = list(trial.named_steps).index(path)
+                try:
+                    rows = clone(trial[:index]).fit_transform(stand_in) if index else stand_in
+                except Exception:  # noqa: BLE001 (the stand-in cannot pass those steps, e.g. they want strings)
+                    return
+            try:
+                step._check_buildable(rows, n_samples)
+            except Exception as exc:  # noqa: BLE001 (whatever building or running raises)
+                raise ValueError(
+                    f"PrivateSearchCV: the candidate {params!r} cannot be built or run on rows of shape "
+                    f"{tuple(np.shape(rows)[1:])} ({type(exc).__name__}: {exc}). Nothing was charged; fix or "
+                    "remove it from the search space.") from exc
 
     def _check_data(self, X, y):
         """Refuse, before the charge, data the trials could not train on."""
@@ -607,7 +653,8 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         #    validated, its DP step found, its learning steps and label set noted. The released model's
         #    certification is the conjunction over all of them (not only over the trials that ran: which
         #    ran depends on the secret K).
-        inspected = [self._inspect(template, params) for params in self._inspected(candidates, space)]
+        stand_in = _stand_in(X)
+        inspected = [self._inspect(template, params, stand_in, n) for params in self._inspected(candidates, space)]
         steps = [step for _, step, _, _, _ in inspected if step is not None]
         leaks = sorted({message for *_, found, _ in inspected for message in found})
         read_from_data = ["classes"] if any("classes" in notes for *_, notes in inspected) else []
@@ -708,8 +755,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             delayed(_fit_trial)(trial, X_train, y_train, X_val, y_val) for trial in trials)
 
         # 6. Keep only the best (model, noisy score); everything else is discarded.
-        best, curator = None, []
-        for i, ((index, params), (fitted, correct)) in enumerate(zip(chosen, results)):
+        best, curator, trial_warnings = None, [], {}
+        for i, ((index, params), (fitted, correct, caught)) in enumerate(zip(chosen, results)):
+            trial_warnings.update(dict.fromkeys(caught))
             if not public:
                 self._check_trial_plan(fitted, self._find_dp_step(fitted)[1], planned[i])
             # The score's mechanism: the count (sensitivity 1 under add/remove) plus Gaussian noise.
@@ -722,6 +770,8 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             if best is None or noisy > best[0]:
                 best = (noisy, index, params, fitted)
         del results, trials
+        for category, message in trial_warnings:  # each distinct warning once, whatever the number of trials
+            warnings.warn(message, category, stacklevel=2)
         noisy, self.best_index_, self.best_params_, fitted = best
         self.best_score_ = float(noisy / n_val)
         if self.refit:
@@ -738,6 +788,16 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
                   if note not in notes and not note.startswith(own)]
         set_privacy_attributes(self, epsilon, self.delta, certified="; ".join(notes) if notes else True,
                                read_from_data=read_from_data)
+        if self.refit and winner is not None:
+            # The winner was chosen among the secret K trials by its noisy score: releasing it alone costs the
+            # whole search, not its trial's epsilon. Its report is the search's (it holds nothing more).
+            for name in ("epsilon_", "delta_", "privacy_certified_", "privacy_notes_", "privacy_cost_"):
+                setattr(winner, name, getattr(self, name))
+        if self.return_curator_results:
+            notes.append("curator_results_ holds the secret number of trials and every trial's exact validation "
+                         "accuracy (return_curator_results=True): NOT private; best_estimator_ alone is covered")
+            set_privacy_attributes(self, epsilon, self.delta, certified="; ".join(notes),
+                                   read_from_data=read_from_data)
         return self
 
     @staticmethod
@@ -838,6 +898,21 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
         """
         self._check_refit("score")
         return accuracy_score(y, self.best_estimator_.predict(X))
+
+
+def _stand_in(X):
+    """Two rows of zeros shaped and typed like ``X``'s (public: the shape and dtype only), or None.
+
+    None for what zeros cannot stand in for: tables with named columns (strings), sparse matrices, Datasets.
+    """
+    import scipy.sparse as sp
+
+    if hasattr(X, "iloc") or sp.issparse(X):
+        return None
+    values = X if hasattr(X, "shape") and hasattr(X, "dtype") else np.asarray(X)
+    if values.dtype.kind not in "fiub" or values.ndim < 2:
+        return None
+    return np.zeros((2,) + tuple(values.shape[1:]), dtype=values.dtype)
 
 
 def _index(data, indices):

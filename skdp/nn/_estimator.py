@@ -231,6 +231,8 @@ class DPSGDEstimator(BaseEstimator):
     (64,)
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
+
     def _set_init_params(self, params):
         """Store ``__init__``'s arguments unchanged (``params`` is its ``locals()``), extra ones included.
 

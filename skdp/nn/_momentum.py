@@ -199,6 +199,36 @@ class _DPMomentum(DPSGDEstimator):
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, name)
 
+    def _check_buildable(self, X, n_samples):
+        """Build a clone's network for the public rows ``X`` and run one forward on them; nothing is kept.
+
+        ``X`` is a public stand-in (zeros shaped like the private rows) and ``n_samples`` the public number
+        of records: nothing private is read and nothing is charged. ``PrivateSearchCV`` calls it on every
+        candidate before its charge, so that a network that cannot be built or run on such rows
+        (``module="cnn"`` without ``image_shape``, ``module__hidden_sizes=(0,)``, a misspelt
+        ``module__`` argument, a layer the engine refuses, a training forward that keeps state) is refused
+        before it costs anything: the network is built, run forward in eval mode, checked as a fit checks it
+        (:func:`skdp.engine.check_module`) and by the net's dry training forward
+        (:meth:`DPNet.check_training_forward`). The engine's clipped step is not run: a failure inside it
+        alone is still found by the trial. Raises what building or running raises.
+        """
+        from sklearn.base import clone
+
+        from ..engine import check_module
+
+        probe = clone(self).set_params(noise_multiplier=1.0, ledger=None, verbose=0)  # no calibration, no charge
+        probe._check_net_kwargs()
+        X = _one_channel(probe._validate_X(X, reset=True))
+        probe.batch_size_, probe.max_epochs_ = probe._schedule(n_samples)
+        classes = getattr(probe, "classes", None)
+        n_outputs = len(classes) if classes is not None else (2 if is_classifier(probe) else 1)
+        net = probe._make_net(X.shape[1:], n_samples, n_outputs).initialize()
+        net.forward(X, training=False)
+        check_module(net.module_.train(), probe.clipping).raise_if_refused()
+        # State a training forward keeps (a list appended to, an array written in place) would be refused by
+        # the trial after the search's charge: refused here (DPNet.check_training_forward, on copies).
+        net.check_training_forward(X, np.zeros(len(X), dtype=np.int64) if is_classifier(probe) else None)
+
     # -- the schedule: public quantities only (see skdp.nn._defaults for the rules) -------------
     def _schedule(self, n_samples):
         """``(batch_size, max_epochs)`` of a fit on ``n_samples`` records, "auto" resolved."""

@@ -126,6 +126,9 @@ class MLP(nn.Module):
 
     def __init__(self, input_dim, n_classes, hidden_sizes=(256,), activation="tanh"):
         super().__init__()
+        if any(int(h) < 1 for h in hidden_sizes):
+            raise ValueError(f"MLP: hidden_sizes={tuple(hidden_sizes)!r} has a layer of no units (its output "
+                             "would not depend on the input); give every hidden layer at least one unit.")
         layers, width = [], input_dim
         for h in hidden_sizes:
             layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]

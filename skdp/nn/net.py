@@ -353,6 +353,8 @@ class DPNet(NeuralNet):
     True
     """
 
+    _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
+
     def __init__(self, module, criterion=torch.nn.CrossEntropyLoss, *args, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", clipping="auto",
                  ledger=None, random_state=None, train_split=None, optimizer=torch.optim.SGD,

@@ -7,13 +7,19 @@ mean of the data in ``mean_``, a ``OneHotEncoder()`` the categories it saw, a
 its own statistics; all of them are released with the model. So a step counts
 as safe only when it is known to be so:
 
-- it spends privacy itself (an ``epsilon`` parameter; its own ``epsilon_`` and
-  ``privacy_certified_`` report it): counted by :func:`~skdp.privacy.privacy_spent`;
+- it spends privacy itself and reports it: an skdp DP estimator (its class
+  declares it, :func:`declares_dp`), or any estimator that reports
+  ``epsilon_`` and ``privacy_certified_`` after ``fit``
+  (:func:`~skdp.privacy.set_privacy_attributes`: how a user's own DP
+  estimator opts in); counted by :func:`~skdp.privacy.privacy_spent`. A
+  parameter named ``epsilon`` proves nothing (``MLPClassifier``'s Adam
+  epsilon, ``SGDClassifier``'s and ``SVR``'s loss epsilon): such a step that
+  reports no spend after ``fit`` is a learning step like any other;
 - it is a ``sklearn.frozen.FrozenEstimator`` (fitted elsewhere, on public data
   or charged where it was fitted), "passthrough", "drop" or None;
 - its exact class is registered here with a check of its parameters that
   proves it row-wise and public: a constant ``SimpleImputer``,
-  ``OneHotEncoder(categories=[...])``, ``Normalizer``,
+  ``OneHotEncoder(categories=[...], handle_unknown="ignore")``, ``Normalizer``,
   :class:`skdp.preprocessing.RowFunctionTransformer`, skdp's image
   transformers... (:func:`register_public_step` adds a class of your own).
 
@@ -39,8 +45,9 @@ _FIXES = {
     "MaxAbsScaler": "scale by public bounds (the DP estimators' bounds=) or use a DP scaler",
     "RobustScaler": "scale by public bounds (the DP estimators' bounds=) or use a DP scaler",
     "QuantileTransformer": "use public quantiles or a DP scaler",
-    "OneHotEncoder": "give categories=[[...], ...] from public knowledge",
-    "OrdinalEncoder": "give categories=[[...], ...] from public knowledge",
+    "OneHotEncoder": "give categories=[[...], ...] from public knowledge and handle_unknown='ignore'",
+    "OrdinalEncoder": ("give categories=[[...], ...] from public knowledge and "
+                       "handle_unknown='use_encoded_value', unknown_value=-1"),
     "SimpleImputer": "use strategy='constant' (a public fill value)",
     "FunctionTransformer": ("use skdp.preprocessing.RowFunctionTransformer(func), which applies func to each row "
                             "alone (a FunctionTransformer may learn or mix rows, e.g. sklearn.preprocessing.scale)"),
@@ -99,9 +106,41 @@ def _name(step):
     return type(step).__name__.lower()
 
 
+#: The class attribute by which an estimator class declares itself DP: its ``fit`` spends through a mechanism
+#: and an accountant and reports the spend (``epsilon_``, ``delta_``, ``privacy_certified_``). Every skdp DP
+#: estimator and DP meta-estimator (``TrainOnSynthetic``, ``PrivateSearchCV``) sets it in its class body.
+DP_MARKER = "_spends_privacy"
+
+
+def declares_dp(estimator):
+    """Whether the class of ``estimator`` (an instance or a class) declares itself DP (:data:`DP_MARKER`)."""
+    cls = estimator if isinstance(estimator, type) else type(estimator)
+    return getattr(cls, DP_MARKER, False) is True
+
+
+def _reports_spend(step):
+    """Whether a fitted ``step`` reports its spend and certification (``set_privacy_attributes``)."""
+    return hasattr(step, "epsilon_") and hasattr(step, "privacy_certified_")
+
+
+def _fitted(step):
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(step)
+    except (NotFittedError, TypeError):
+        return False
+    return True
+
+
 def _dp_step(step):
-    """Whether ``step`` spends privacy itself (and so reports its own certification)."""
-    return isinstance(step, BaseEstimator) and "epsilon" in step.get_params(deep=False)
+    """Whether ``step`` spends privacy itself and reports it: declared DP by its class, or reporting after fit.
+
+    A parameter named ``epsilon`` is not enough: scikit-learn's ``MLPClassifier`` (Adam's epsilon),
+    ``SGDClassifier``, ``SVR`` and ``HuberRegressor`` (the loss's epsilon) learn without any noise.
+    """
+    return declares_dp(step) or _reports_spend(step)
 
 
 def _children(step):
@@ -129,9 +168,12 @@ def non_private_steps(estimator, prefix=""):
     """The steps of ``estimator`` that learn from the data without a DP mechanism, with why and the fix.
 
     Walks Pipelines, ``ColumnTransformer`` and ``FeatureUnion``. A step that
-    spends privacy itself (an ``epsilon`` parameter), a ``FrozenEstimator``,
-    "passthrough", "drop", None and the registered public steps
-    (:func:`register_public_step`) are not listed; every other step is.
+    spends privacy itself (declared DP by its class, or reporting
+    ``epsilon_`` and ``privacy_certified_`` after ``fit``; never because a
+    parameter is named ``epsilon``), a ``FrozenEstimator``, "passthrough",
+    "drop", None and the registered public steps
+    (:func:`register_public_step`) are not listed; every other step is, a
+    fitted DP step that reports no spend included.
 
     Parameters
     ----------
@@ -160,12 +202,20 @@ def non_private_steps(estimator, prefix=""):
     >>> pipe = make_pipeline(StandardScaler(), DPFisherClassifier(bounds=(0, 1), classes=[0, 1]))
     >>> [path for path, _ in non_private_steps(pipe)]
     ['standardscaler']
-    >>> non_private_steps(OneHotEncoder(categories=[["a", "b"]]))
+    >>> non_private_steps(OneHotEncoder(categories=[["a", "b"]], handle_unknown="ignore"))
     []
     """
     if estimator is None or isinstance(estimator, str):  # "passthrough", "drop"
         return []
-    if type(estimator).__name__ == "FrozenEstimator" or _dp_step(estimator):
+    if type(estimator).__name__ == "FrozenEstimator":
+        return []
+    path = prefix[:-2] if prefix else _name(estimator)
+    kind = type(estimator).__name__
+    if declares_dp(estimator) and not _reports_spend(estimator) and _fitted(estimator):
+        return [(path, f"step {path!r} ({kind}) is fitted but reports no epsilon_ / privacy_certified_, so its "
+                       "spend is not counted; use an skdp estimator that reports it (DPMomentumClassifier "
+                       "rather than the bare DPNet)")]
+    if _dp_step(estimator):
         return []
     children = _children(estimator)
     if children is not None:
@@ -173,11 +223,13 @@ def non_private_steps(estimator, prefix=""):
         for name, child in children:
             found += non_private_steps(child, f"{prefix}{name}__")
         return found
-    path = prefix[:-2] if prefix else _name(estimator)
-    kind = type(estimator).__name__
     check = _REGISTRY.get(type(estimator))
     reason = ("may learn from the data (it is not registered as row-wise and public)" if check is None
               else check(estimator))
+    if check is None and hasattr(estimator, "get_params") and "epsilon" in estimator.get_params(deep=False):
+        reason = ("has an epsilon parameter but is no DP estimator: it reports no epsilon_ / privacy_certified_ "
+                  "after fit (an skdp DP estimator declares itself; a DP estimator of your own reports its spend "
+                  "with skdp.privacy.set_privacy_attributes), and " + reason)
     if reason is None:
         return []
     fix = _FIXES.get(kind, _DEFAULT_FIX)
@@ -196,11 +248,22 @@ def _register_sklearn():
             return "has add_indicator=True, which learns which columns had missing values"
         return None
 
+    # What an encoder does with a value outside its public categories must not depend on that value: raising
+    # prints it ("Found unknown categories ['<private value>']"), a warning says that one exists; encoding it
+    # as zeros (OneHotEncoder) or as unknown_value (OrdinalEncoder) is row-wise and silent.
+    silent_unknown = {"OneHotEncoder": ("ignore", "infrequent_if_exist"), "OrdinalEncoder": ("use_encoded_value",)}
+
     def encoder(step):
         if isinstance(step.categories, str):
             return f"reads its categories from the data (categories={step.categories!r})"
         if getattr(step, "min_frequency", None) is not None or getattr(step, "max_categories", None) is not None:
             return "groups infrequent categories by their counts in the data (min_frequency / max_categories)"
+        silent = silent_unknown[type(step).__name__]
+        if step.handle_unknown not in silent:
+            return (f"has handle_unknown={step.handle_unknown!r}: a private value outside the public categories "
+                    f"would be printed in an error or reported by a warning; use handle_unknown={silent[0]!r}")
+        if getattr(step, "drop", None) is not None:
+            return "has drop set: sklearn then warns when a private value is outside the categories; use drop=None"
         return None
 
     def indicator(step):

@@ -202,6 +202,11 @@ def _spent(estimator):
 
 
 def dp_steps(estimator):
-    """Every estimator in the tree of ``estimator`` that spends privacy (has an ``epsilon`` parameter)."""
-    return [e for e in nested_estimators(estimator)
-            if hasattr(e, "get_params") and "epsilon" in e.get_params(deep=False)]
+    """Every estimator in the tree of ``estimator`` that spends privacy (declared DP, or reporting its spend).
+
+    Never by a parameter's name: ``MLPClassifier``'s or ``SGDClassifier``'s ``epsilon`` is no mechanism
+    (:func:`~skdp.privacy.public_steps.declares_dp`).
+    """
+    from .public_steps import _dp_step
+
+    return [e for e in nested_estimators(estimator) if _dp_step(e)]
