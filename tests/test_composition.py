@@ -263,3 +263,21 @@ def test_the_accountant_never_reports_a_negative_epsilon():
     from skdp.privacy import compute_epsilon
 
     assert compute_epsilon(1e6, 1.0, 10, 1e-3) >= 0.0  # Opacus's conversion gave -0.001
+
+
+def test_search_cost_does_not_assume_kfold_sizes_for_group_folds():
+    # GroupKFold's training sizes follow the groups (here 300 of 1800 for one fold), not n / k: a fixed
+    # noise_multiplier's epsilon depends on them, so the cost is refused rather than under-counted
+    # (6.99 reported against 9.64 spent, final review).
+    from sklearn.model_selection import GroupKFold
+
+    n = 90
+    Xg, yg = np.tile(X[:30], (3, 1)), np.tile(Y[:30], 3)
+    groups = np.r_[np.zeros(70), np.ones(10), 2 * np.ones(10)]
+    clf = DPMomentumClassifier(noise_multiplier=1.0, delta=1e-6, classes=[0, 1], max_epochs=1, batch_size=10)
+    search = GridSearchCV(clf, {"lr": [0.05]}, cv=GroupKFold(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search.fit(Xg, yg, groups=groups)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        search_privacy_cost(search, n_samples=n)

@@ -168,11 +168,11 @@ def search_privacy_cost(search, n_samples: int | None = None) -> tuple[float, fl
 
 def _kfold_sizes(search, n_samples):
     """The training sizes a search's ``cv`` gives on ``n_samples`` records, when they are K-fold's; else None."""
-    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+    from sklearn.model_selection import KFold, StratifiedKFold
 
-    cv = search.cv
+    cv = search.cv  # (GroupKFold's sizes follow the groups, not n / k: not K-fold's here)
     if cv is None or (isinstance(cv, numbers.Integral) and not isinstance(cv, bool)) or type(cv) in (
-            KFold, StratifiedKFold, GroupKFold):
+            KFold, StratifiedKFold):
         return _fold_train_sizes(int(n_samples), search.n_splits_)
     return None
 
