@@ -304,9 +304,13 @@ def _overfit():
 
 
 def test_membership_attacks_find_members_of_an_overfit_model(membership_split):
+    # The median over three initialisations: one model's AUC moves between 0.59 and 0.65 with the
+    # initialisation and with torch's thread count (float summation order), all at training accuracy 1.
     X_in, y_in, X_out, y_out, X_ref, y_ref = membership_split
-    fitted = quiet(_overfit().fit, X_in, y_in)
-    assert loss_threshold_attack(fitted, X_in, y_in, X_out, y_out).auc > 0.6
+    models = [quiet(_overfit().set_params(random_state=seed).fit, X_in, y_in) for seed in range(3)]
+    aucs = [loss_threshold_attack(m, X_in, y_in, X_out, y_out).auc for m in models]
+    assert np.median(aucs) > 0.6
+    fitted = models[int(np.argsort(aucs)[1])]
     lira = quiet(lira_offline_attack, fitted, _overfit(), X_ref, y_ref, X_in, y_in, X_out, y_out,
                  n_reference=4, random_state=0)
     assert lira.auc > 0.6 and 0 <= lira.tpr_at_low_fpr <= 1
