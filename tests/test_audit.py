@@ -12,8 +12,8 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from skdp import (BudgetLedger, DFSRelease, DPFisherClassifier, DPFisherSelector, DPMomentumClassifier,
                   DPMomentumRegressor, PGEGenerator, PrivateSearchCV, SRGANTransformer, search_privacy_cost)
 from skdp.attacks import lira_offline_attack, loss_threshold_attack
-from skdp.audit import (mislabelled_canaries, one_run_audit, one_run_epsilon_lower_bound,
-                        one_run_gaussian_lower_bound, one_run_p_value)
+from skdp.audit import (log_likelihood_score, logit_score, mislabelled_canaries, one_run_audit,
+                        one_run_epsilon_lower_bound, one_run_gaussian_lower_bound, one_run_p_value)
 from skdp.audit.fdp import one_run_fdp_epsilon_lower_bound
 from skdp.mechanisms import gaussian_dp_epsilon
 from skdp.preprocessing import RowFunctionTransformer
@@ -267,8 +267,8 @@ INPUT_AUDITS = {  # the estimator and the epsilon it claims
 @pytest.mark.parametrize("twin", ["shipped", "noise off"])
 @pytest.mark.parametrize("name", INPUT_AUDITS)
 def test_input_audit_of_the_fisher_estimators(name, twin):
-    # Dirac records: the model's log-likelihood of canary i's label reads feature 2 + i alone. The twin keeps
-    # its claim and loses its noise.
+    # Dirac records: the model's log-odds of canary i's label (logit_score) read feature 2 + i alone. The twin
+    # keeps its claim and loses its noise.
     X, y, Xc, yc = _dirac()
     make, claim = INPUT_AUDITS[name]
     with TWINS[twin]():
@@ -279,6 +279,24 @@ def test_input_audit_of_the_fisher_estimators(name, twin):
         assert result.epsilon_lower_bound <= claim
     else:
         assert result.epsilon_lower_bound > 2 * claim
+
+
+def test_logit_score_tells_apart_what_the_log_likelihood_saturates():
+    # A Fisher model sure of class 0 at every canary: log p = 0.0 for all 400 (a 0/1000 audit on digits with
+    # the noise removed), while the log-odds keep the canary's own feature (4.67 > 4 there).
+    from scipy.stats import spearmanr
+    X, y, Xc, yc = _dirac()
+    X, Xc = np.hstack([X, np.zeros((200, 40))]), np.hstack([Xc, np.full((400, 40), 1.0)])  # far from class 1
+    with taps.noise_off():
+        model = quiet(DPFisherClassifier(bounds=(0, 1), classes=[0, 1]).fit, np.vstack([X, Xc[:200]]),
+                      np.concatenate([y, yc[:200]]))
+    assert np.all(log_likelihood_score(model, Xc, yc) == 0.0)
+    logits = logit_score(model, Xc, yc)
+    assert np.all(np.isfinite(logits)) and logits[:200].min() > logits[200:].max()
+    # Where nothing saturates the two scores rank alike (the log-odds grow with p).
+    log_p = log_likelihood_score(model, X, y)
+    inside = (log_p > -600) & (log_p < -1e-6)
+    assert inside.sum() > 50 and spearmanr(logit_score(model, X, y)[inside], log_p[inside])[0] > 0.999
 
 
 def test_mislabelled_canaries_never_keep_the_true_label():

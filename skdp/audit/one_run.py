@@ -201,7 +201,8 @@ def log_likelihood_score(estimator, X, y):
     Members of the training set tend to get a higher probability for their
     own label than non-members, so a higher score means "more likely a
     member". Only ``predict_proba`` and ``classes_`` are used. Probabilities
-    are clipped at 1e-300 before the logarithm, so the scores are finite.
+    are clipped at 1e-300 before the logarithm, so the scores are finite; a
+    probability near 1 saturates (:func:`logit_score` does not).
 
     Parameters
     ----------
@@ -236,6 +237,65 @@ def log_likelihood_score(estimator, X, y):
     proba = estimator.predict_proba(X)
     columns = np.searchsorted(estimator.classes_, y)
     return np.log(np.clip(proba[np.arange(len(y)), columns], 1e-300, None))
+
+
+def logit_score(estimator, X, y):
+    """Score membership in a black box: the log-odds ``log p / (1 - p)`` of each record's own label.
+
+    The same order as :func:`log_likelihood_score` (the log-odds grow with
+    ``p``), computed from the classifier's log-scores (``decision_function``,
+    else ``predict_log_proba``, else ``predict_proba``) so that neither end
+    saturates: a model sure of a label gives ``log p = 0`` to every canary
+    alike, and the log-odds ``s_y - logsumexp(s_k, k != y)`` still tell them
+    apart (the logit scaling of LiRA, Carlini et al. 2022). A binary
+    ``decision_function`` of one column is read as the log-odds of
+    ``classes_[1]``. The default score of :func:`one_run_audit`.
+
+    Parameters
+    ----------
+    estimator : fitted classifier
+        Any fitted classifier with ``classes_`` and ``decision_function``,
+        ``predict_log_proba`` or ``predict_proba``.
+    X : array-like of shape (n_samples, n_features)
+        The records to score.
+    y : array-like of shape (n_samples,)
+        Their labels, all in ``estimator.classes_``.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_samples,)
+        The log-odds of ``y_i`` at ``x_i`` under the model.
+
+    See Also
+    --------
+    log_likelihood_score : ``log p`` itself.
+    one_run_audit : Uses this score by default for input canaries.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> from skdp.audit import logit_score
+    >>> X = np.array([[0.0], [1.0], [0.1], [0.9]])
+    >>> y = np.array([0, 1, 0, 1])
+    >>> model = LogisticRegression().fit(X, y)
+    >>> bool(np.allclose(logit_score(model, X, y), [-1, 1, -1, 1] * model.decision_function(X)))
+    True
+    """
+    from scipy.special import logsumexp
+
+    rows, columns = np.arange(len(y)), np.searchsorted(estimator.classes_, y)
+    if hasattr(estimator, "decision_function"):
+        scores = np.asarray(estimator.decision_function(X), dtype=float)
+        if scores.ndim == 1:  # binary: the log-odds of classes_[1]
+            scores = np.column_stack([np.zeros_like(scores), scores])
+    elif hasattr(estimator, "predict_log_proba"):
+        scores = np.asarray(estimator.predict_log_proba(X), dtype=float)
+    else:
+        scores = np.log(np.clip(estimator.predict_proba(X), 1e-300, None))
+    own = scores[rows, columns].copy()
+    scores[rows, columns] = -np.inf
+    return own - logsumexp(scores, axis=1)
 
 
 @dataclass
@@ -425,9 +485,9 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
         (None: 1000). With input canaries: None or ``len(X_canary)``.
     score : callable or None, default=None
         ``(fitted, X_canary, y_canary) -> scores``, higher meaning "more
-        likely a member", for input canaries; None: the log-likelihood of the
-        canary's label (black box). Gradient canaries are scored white-box
-        (``score`` must be None).
+        likely a member", for input canaries; None: :func:`logit_score`, the
+        log-odds of the canary's label (black box). Gradient canaries are
+        scored white-box (``score`` must be None).
     n_guesses : "auto", int or list of int, default="auto"
         Guesses, at most the canaries: each count given is tried at level
         ``(1 - confidence) / len(counts)`` and the best bound kept. "auto":
@@ -461,7 +521,7 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
     See Also
     --------
     mislabelled_canaries : Input canaries that a non-private model memorises.
-    log_likelihood_score : The default score of input canaries.
+    logit_score : The default score of input canaries.
     epsilon_lower_bound : An audit from many runs instead of one.
 
     Examples
@@ -522,7 +582,7 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
         included = rng.random(m) < 0.5
         fitted = clone(estimator).fit(np.concatenate([X, X_canary[included]]),
                                       np.concatenate([y, y_canary[included]]))
-        scores = np.asarray((score or log_likelihood_score)(fitted, X_canary, y_canary), dtype=float)
+        scores = np.asarray((score or logit_score)(fitted, X_canary, y_canary), dtype=float)
     claimed, claimed_delta = _claimed_privacy(fitted)
     delta = claimed_delta if delta is None else delta
     (bound, k, correct), mu = one_run_bounds(scores, included, counts, delta, confidence, rng)
