@@ -740,8 +740,18 @@ class DPNet(NeuralNet):
 
     def _stand_in_lot(self, X, y):
         """``get_train_inputs`` of public stand-in rows: the shape and dtype of up to 3 rows, not their values."""
-        dataset = self.get_dataset(X, y)
-        Xi, yi = unpack_data(_LotLoader(dataset, None)._fetch(np.arange(min(len(dataset), 3))))
+        if isinstance(X, RowSource):  # a memmap or Dataset streamed by lots: its row shape alone, nothing read
+            rows = min(X.n_samples, 3)
+            Xi = np.zeros((rows, *X.out_shape), np.float32)
+            targets = X.targets if y is None else y
+            yi = None if targets is None else targets[:rows]
+        elif all(v is None or (hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, torch.Tensor))
+                 for v in (X, y)):  # arrays: their shape and dtype alone
+            rows = min(len(X), 3)
+            Xi, yi = (None if v is None else np.zeros((rows, *v.shape[1:]), dtype=v.dtype) for v in (X, y))
+        else:  # a Dataset: a few rows fetched for their shapes only (the values are replaced below)
+            dataset = self.get_dataset(X, y)
+            Xi, yi = unpack_data(_LotLoader(dataset, None)._fetch(np.arange(min(len(dataset), 3))))
         gen = torch.Generator().manual_seed(0)
 
         def stand_in(v):
