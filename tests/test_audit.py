@@ -87,6 +87,10 @@ def test_guesses_split_where_the_scores_separate():
     assert np.all(one_run_guesses(scores, 1000, rng) == np.where(included, 1, -1))
     few = one_run_guesses(scores, 100, rng)
     assert np.sum(few != 0) == 100 and np.all(few[few != 0] == np.where(included, 1, -1)[few != 0])
+    # Two tied values, the larger also the median (a Fisher model without noise: 210 canaries in, 190 out):
+    # the split from the median had stalled there and guessed "out" for all 400 (190 right).
+    tied = np.where(np.arange(400) < 210, 161.374631, 159.551122)
+    assert np.all(one_run_guesses(tied, 400, rng) == np.where(np.arange(400) < 210, 1, -1))
 
 
 def test_guesses_are_bounded_by_the_canaries():
