@@ -115,7 +115,7 @@ def privacy_spent(estimator) -> tuple[float, float, bool]:
     (``privacy_certified_``) **and no other step learnt from the private
     data**: a step without ``epsilon_`` is allowed only when it is known to be
     row-wise and public (a constant ``SimpleImputer``,
-    ``OneHotEncoder(categories=[...])``, ``RowFunctionTransformer``; see
+    ``OneHotEncoder(categories=[...], handle_unknown="ignore")``, ``RowFunctionTransformer``; see
     :func:`~skdp.privacy.public_steps.register_public_step`). Any other step
     (``StandardScaler``, ``OneHotEncoder()``, a ``FunctionTransformer``, the
     choice of a ``GridSearchCV``) makes the result uncertified and warns with
