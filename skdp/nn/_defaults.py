@@ -41,6 +41,7 @@ SAMPLE_RATE = 0.25
 STEPS = 300
 NOISE_RADIUS = 7.0
 LR_MAX = 1.0
+EMA_WINDOWS = 10.0
 
 
 def auto_batch_size(n_samples):
@@ -110,3 +111,24 @@ def auto_lr(batch_size, n_steps, noise_multiplier, n_params, momentum, max_grad_
     lr = NOISE_RADIUS * (1.0 - momentum) * batch_size / (
         sigma * max_grad_norm * math.sqrt(max(n_steps, 1) * max(n_params, 1)))
     return float(min(lr, LR_MAX))
+
+
+def auto_ema_decay(n_steps):
+    """Return the decay of the "auto" moving average of the weights: ``1 - EMA_WINDOWS / T``.
+
+    The average's memory, ``1 / (1 - decay)`` lots, is a fixed fraction
+    ``1 / EMA_WINDOWS`` of the fit's T lots (a public quantity), so a fit of
+    any length averages over its last tenth or so; with the warm-up
+    ``beta_t = min(decay, (1 + t) / (10 + t))`` of :class:`skdp.nn.DPNet`.
+
+    Parameters
+    ----------
+    n_steps : int
+        Number of DP-SGD steps T of the fit.
+
+    Returns
+    -------
+    decay : float
+        In [0, 1); 0 (no average) for fits of at most ``EMA_WINDOWS`` lots.
+    """
+    return float(max(0.0, 1.0 - EMA_WINDOWS / max(int(n_steps), 1)))

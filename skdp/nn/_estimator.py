@@ -67,6 +67,13 @@ DP_PARAMETER_DOCS = {
     "auto_batch_size": """batch_size : int or "auto", default={default}
     Expected lot size (lots are Poisson samples of rate ``batch_size / n``).
     "auto": ``n_samples / 4``. The value used is ``batch_size_``.""",
+    "ema": """ema : "auto", float or None, default={default}
+    The released network is an exponential moving average of the weights
+    over the fit's lots (post-processing of the noisy iterates: the privacy
+    spent is the same). A float in [0, 1) is the decay; "auto": ``1 - 10 /
+    steps``, from the number of lots (public; rule and the data that chose it:
+    :mod:`skdp.nn._defaults`); None or 0: the last iterate. The decay used
+    is ``net_.ema_decay_``.""",
     "accounting": """accounting : {{"rdp", "prv"}}, default={default}
     Opacus's RDP accountant (certified upper bound) or PRV (tighter, slower).""",
     "clipping": """clipping : {{"auto", "ghost", "vmap"}}, default={default}
@@ -310,7 +317,7 @@ class DPSGDEstimator(BaseEstimator):
     # -- the net ---------------------------------------------------------------------------
     _NET_ARGUMENTS = ("epsilon", "delta", "max_grad_norm", "noise_multiplier", "accounting", "clipping",
                       "max_physical_batch_size",
-                      "ledger", "random_state", "lr", "max_epochs", "device", "verbose")
+                      "ledger", "random_state", "lr", "max_epochs", "device", "verbose", "ema")
 
     def _dp_net_kwargs(self, **overrides):
         """Arguments every ``DPNet`` of this estimator gets (privacy, training, identity), then ``overrides``."""

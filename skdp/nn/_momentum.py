@@ -72,6 +72,7 @@ class _DPMomentum(DPSGDEstimator):
         "max_epochs": [StrOptions({"auto"}), Number(numbers.Integral, 1, None, closed="left")],
         "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
         "momentum": [Number(numbers.Real, 0, 1, closed="left")],
+        "ema": [None, StrOptions({"auto"}), Number(numbers.Real, 0, 1, closed="left")],
         "max_physical_batch_size": [None, Number(numbers.Integral, 1, None, closed="left")],
         "image_shape": [None, tuple],
         "ledger": [None, HasMethods(["spend"])],
@@ -348,6 +349,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:auto_lr}
     {dp:auto_max_epochs}
     {dp:auto_batch_size}
+    {dp:ema}
     {dp:accounting}
     {dp:clipping}
     {dp:max_physical_batch_size}
@@ -415,8 +417,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
     def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
                  noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
-                 accounting="rdp", clipping="auto", max_physical_batch_size=None, classes=None, image_shape=None,
-                 normalize_rows="rms", ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
+                 ema="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None, classes=None,
+                 image_shape=None, normalize_rows="rms", ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
                  random_state=None, **kwargs):
         self._set_init_params(locals())
         self._store_net_kwargs(kwargs)
@@ -594,6 +596,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:auto_lr}
     {dp:auto_max_epochs}
     {dp:auto_batch_size}
+    {dp:ema}
     {dp:accounting}
     {dp:clipping}
     {dp:max_physical_batch_size}
@@ -650,7 +653,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     def __init__(self, module="linear", *, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
-                 batch_size="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None,
+                 batch_size="auto", ema="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  image_shape=None, ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
                  random_state=None, **kwargs):
         self._set_init_params(locals())

@@ -307,6 +307,16 @@ class DPNet(NeuralNet):
         Largest number of examples the engine puts through the module at
         once; larger lots are processed in pieces with the same release (see
         :class:`skdp.engine.DPSGDEngine`). Bounds memory, not privacy.
+    ema : float, "auto" or None, default=None
+        Exponential moving average of the weights: the released module is
+        the average ``w_bar_t = beta_t * w_bar_{t-1} + (1 - beta_t) * w_t``
+        of the iterates ``w_t`` after each lot, with ``beta_t = min(ema,
+        (1 + t) / (10 + t))`` (t = 0, 1, ... the lots of this fit; the
+        warm-up keeps the start from weighing on a short fit). The iterates
+        are functions of the released noisy gradients, so their average is
+        post-processing: the privacy spent is the same. A float in (0, 1) is
+        the decay; "auto": ``skdp.nn._defaults.auto_ema_decay`` of the number
+        of lots (public); None or 0: the last iterate is released.
     **kwargs : dict
         The parameters of skorch (``lr``, ``max_epochs``, ``batch_size``,
         ``module__*``, ``optimizer__*``, ``callbacks``, ``device``, ...).
@@ -334,6 +344,9 @@ class DPNet(NeuralNet):
         Why the fit is not certified (empty when it is).
     privacy_cost_ : Spend
         The spend with its RDP curve, for compositions.
+    ema_decay_ : float
+        The decay of the weights' moving average in the last fit (0: the
+        last iterate is released).
 
     See Also
     --------
@@ -358,7 +371,7 @@ class DPNet(NeuralNet):
     def __init__(self, module, criterion=torch.nn.CrossEntropyLoss, *args, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", clipping="auto",
                  ledger=None, random_state=None, train_split=None, optimizer=torch.optim.SGD,
-                 owner=None, max_physical_batch_size=None, **kwargs):
+                 owner=None, max_physical_batch_size=None, ema=None, **kwargs):
         kwargs.setdefault("criterion__reduction", "none")
         super().__init__(module, criterion, *args, train_split=train_split, optimizer=optimizer, **kwargs)
         self.epsilon = epsilon
@@ -371,6 +384,7 @@ class DPNet(NeuralNet):
         self.random_state = random_state
         self.owner = owner
         self.max_physical_batch_size = max_physical_batch_size
+        self.ema = ema
 
     # ---- set-up -------------------------------------------------------------------------
     def get_default_callbacks(self):
@@ -501,7 +515,7 @@ class DPNet(NeuralNet):
 
     def __getstate__(self):
         state = super().__getstate__()
-        for key in ("_private_log", "_lot_rng"):
+        for key in ("_private_log", "_lot_rng", "_ema"):
             state.pop(key, None)
         return state
 
@@ -662,9 +676,11 @@ class DPNet(NeuralNet):
             # Randomness the module draws from torch's global generator while training (dropout masks) comes
             # from the fit's own fresh entropy, not from a seed the user may have set: the global state is
             # forked and left as it was found.
+            self._ema_begin(n_batches * epochs)
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 torch.manual_seed(int(self._lot_rng.integers(2 ** 63 - 1)))
                 super().fit_loop(X, y, epochs=epochs, **fit_params)
+            self._ema_release()
             self._set_privacy_attributes()
             return self
         finally:
@@ -672,6 +688,53 @@ class DPNet(NeuralNet):
                 getattr(self, name).close()
                 delattr(self, name)
             self.__dict__.pop("_lot_rng", None)
+            self.__dict__.pop("_ema", None)
+
+    # ---- the moving average of the weights (post-processing of the noisy iterates) ----------------
+    def _ema_decay(self, n_steps):
+        """The decay of this fit's moving average from ``ema`` and the number of lots (public); 0: none."""
+        from ._defaults import auto_ema_decay
+
+        ema = self.ema
+        if ema is None:
+            return 0.0
+        if isinstance(ema, str):
+            if ema != "auto":
+                raise ValueError(f"ema={ema!r}: give 'auto', a decay in [0, 1) or None.")
+            return auto_ema_decay(n_steps)
+        if not (isinstance(ema, numbers.Real) and not isinstance(ema, bool) and 0 <= ema < 1):
+            raise ValueError(f"ema={ema!r}: give 'auto', a decay in [0, 1) (0 or None: the last iterate) or None.")
+        return float(ema)
+
+    def _ema_params(self):
+        return [p for p in self.module_.parameters() if p.requires_grad]
+
+    def _ema_begin(self, n_steps):
+        """Start this fit's average at the current weights (a continued fit starts from the released ones)."""
+        self.ema_decay_ = self._ema_decay(n_steps)
+        self._ema = ([p.detach().clone() for p in self._ema_params()], [0]) if self.ema_decay_ > 0 else None
+
+    def _ema_update(self):
+        """``w_bar <- beta_t w_bar + (1 - beta_t) w`` after lot t, ``beta_t = min(decay, (1 + t) / (10 + t))``."""
+        state = getattr(self, "_ema", None)
+        if state is None:
+            return
+        averages, count = state
+        t = count[0]
+        beta = min(self.ema_decay_, (1.0 + t) / (10.0 + t))
+        with torch.no_grad():
+            for avg, p in zip(averages, self._ema_params()):
+                avg.mul_(beta).add_(p.detach(), alpha=1.0 - beta)
+        count[0] = t + 1
+
+    def _ema_release(self):
+        """Write the average into the module: it is the released model."""
+        state = getattr(self, "_ema", None)
+        if state is None or state[1][0] == 0:
+            return
+        with torch.no_grad():
+            for avg, p in zip(state[0], self._ema_params()):
+                p.copy_(avg)
 
     def _set_privacy_attributes(self):
         """``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_``, ``privacy_cost_`` of all fits so far."""
@@ -973,6 +1036,7 @@ class DPNet(NeuralNet):
         Xi, yi = unpack_data(batch)
         losses = self.update_on_lot(self.get_train_inputs(Xi, yi))
         self.accountant_.step(self.noise_multiplier_, self.sample_rate_)
+        self._ema_update()
         loss = losses.mean() if len(losses) else torch.zeros(())
         if len(losses):
             self.log_private("train_loss", loss.item(), len(losses))
