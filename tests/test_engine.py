@@ -1,3 +1,5 @@
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -272,3 +274,65 @@ def test_vmap_failure_falls_back_to_one_example_at_a_time_exactly():
     torch.testing.assert_close(norms, ref_norms, atol=1e-5, rtol=1e-4)
     for g, r in zip(mine, ref):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+
+
+# ---- the next lot's noise drawn ahead on a helper thread (issue 29) ------------------------------
+def _steps(draw_ahead, reseed=None, factors=(1.0,) * 6, seed=7):
+    """Releases of 6 lots (one empty) with SGD steps between; ``reseed``: re-seed the generator before lot i."""
+    from skdp.utils import taps
+    torch.manual_seed(0)  # the same initial model for both paths
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    engine = _engine(model, sigma=1.3, L=5, seed=seed)
+    engine.draw_noise_ahead = draw_ahead
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    releases = []
+    for i, (n, factor) in enumerate(zip((5, 7, 0, 4, 6, 5), factors)):
+        if reseed is not None and i in reseed:
+            engine.generator.manual_seed(100 + i)
+        X, y = torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
+        with taps.scaled_noise(factor) if factor != 1.0 else contextlib.nullcontext():
+            engine.private_gradients(ce_loss, (X, y))
+        releases.append([p.grad.clone() for p in model.parameters()])
+        opt.step()
+    engine.close()
+    return releases, engine.generator.get_state()
+
+
+@pytest.mark.parametrize("case", ["plain", "reseeded", "scale_changed"])
+def test_noise_drawn_ahead_releases_exactly_what_the_step_draws(case):
+    kw = {"plain": {}, "reseeded": {"reseed": {2, 3}},
+          "scale_changed": {"factors": (1.0, 1.0, 2.0, 1.0, 1.0, 1.0)}}[case]
+    ahead, state_ahead = _steps(True, **kw)
+    inline, state_inline = _steps(False, **kw)
+    for a, b in zip(ahead, inline):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    # The generator ends where drawing at each step leaves it: a draw ahead the fit never used is not counted.
+    assert torch.equal(state_ahead, state_inline)
+    other, _ = _steps(True, seed=8, **kw)
+    assert not torch.equal(other[0][0], ahead[0][0])  # the noise comes from the generator, not a fixed stream
+
+
+def test_noise_drawn_ahead_never_leaves_with_a_copy_of_the_engine():
+    import copy
+    model = nn.Linear(3, 2)
+    engine = _engine(model, sigma=1.0)
+    engine.private_gradients(ce_loss, (torch.randn(4, 3), torch.tensor([0, 1, 0, 1])))
+    assert engine._ahead is not None
+    twin = copy.deepcopy(engine)
+    assert engine._ahead is None and twin._ahead is None
+    engine.close()
+
+
+def test_estimator_release_under_insecure_noise_seed_is_the_same_with_noise_drawn_ahead(monkeypatch, seeded_noise):
+    from skdp import DPMomentumClassifier
+    X = np.random.default_rng(0).normal(size=(120, 5)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    fits = []
+    for ahead in (True, False):
+        monkeypatch.setattr(DPSGDEngine, "draw_noise_ahead", ahead)
+        with seeded_noise(3):
+            clf = DPMomentumClassifier(epsilon=1.0, classes=[0, 1], max_epochs=3, batch_size=20,
+                                       random_state=0).fit(X, y)
+        fits.append([p.detach().clone() for p in clf.net_.module_.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*fits))

@@ -20,8 +20,11 @@ dim that is not the example dim, a parameter used outside its layer) raises
 ``UnsupportedModelError`` before anything is released; the engine then
 switches for good to the exact ``FunctionalClipper`` and redoes the lot.
 """
+import concurrent.futures
 import math
 import numbers
+import os
+import threading
 
 import torch
 
@@ -33,6 +36,20 @@ from .validators import (buffer_versions, check_buffers_unchanged, check_paramet
                          module_state, parameter_versions)
 
 CLIPPINGS = ("auto", "ghost", "vmap")
+_POOL_LOCK = threading.Lock()
+_POOL = {}
+
+
+def _noise_pool():
+    """The one helper thread that draws the engines' next noise (a new one in a forked child: no thread there)."""
+    with _POOL_LOCK:
+        pool = _POOL.get(os.getpid())
+        if pool is None:
+            _POOL.clear()
+            pool = _POOL[os.getpid()] = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skdp-noise")
+        return pool
+
+
 #: Lots on which the state a training forward leaves behind is compared in depth (containers, helper objects,
 #: tensors and arrays by content); later lots compare identities (``validators.module_state``).
 DEEP_STATE_LOTS = 2
@@ -170,6 +187,16 @@ class DPSGDEngine:
         The trainable parameters, whose ``grad`` each step sets.
     clipper : object or None
         The clipper in use (None for the non-private baseline).
+    draw_noise_ahead : bool
+        Class attribute, True: on a CPU generator, the next lot's noise is
+        drawn on a helper thread while the caller steps and computes the next
+        lot, from a private copy of the secret generator's state, so the values
+        are those of drawing at the step (the first lot's noise is drawn at its
+        step). It is used only if the generator still holds that state at the
+        next step (nothing re-seeded or drew from it) and the noise scale is
+        unchanged; the generator is then advanced as by the draw. Otherwise,
+        and at ``close``, it is discarded unseen. False: every lot's noise is
+        drawn at its step.
 
     See Also
     --------
@@ -195,6 +222,8 @@ class DPSGDEngine:
     >>> engine.close()
     """
 
+    draw_noise_ahead = True
+
     def __init__(self, module, *, max_grad_norm, noise_multiplier, expected_batch_size,
                  generator, clipping="auto", max_physical_batch_size=None, watch=()):
         self.module = module
@@ -211,6 +240,7 @@ class DPSGDEngine:
         self.generator = generator
         self.clipping = clipping
         self.params = [p for p in module.parameters() if p.requires_grad]
+        self._ahead = None  # (future of (next lot's noise, generator copy after it), its std, state before it)
         # A non-private baseline (no clipping, no noise) may train any module (BatchNorm included).
         self.clipper = None if self._baseline() else self._make_clipper()
 
@@ -259,9 +289,54 @@ class DPSGDEngine:
             check_state_unchanged(m, before, deep=deep, owner="module" if m is self.module else "criterion")
 
     def close(self):
-        """Remove the clipper's hooks from the module (call it when the fit ends)."""
+        """Remove the clipper's hooks from the module and drop any noise drawn ahead (call it when the fit ends)."""
+        self._discard_ahead()
         if self.clipper is not None:
             self.clipper.remove()
+
+    def __getstate__(self):
+        # Noise drawn ahead is never handed on (nor its pending draw, which cannot be copied).
+        self._discard_ahead()
+        return self.__dict__.copy()
+
+    @staticmethod
+    def _draw(params, std, generator):
+        """Per trainable parameter, ``N(0, std^2 I)`` from ``generator``, in the order of ``params``."""
+        return [torch.empty_like(p).normal_(0.0, std, generator=generator) for p in params]
+
+    def _discard_ahead(self):
+        """Drop the draw made ahead, once finished (the engine's generator was never advanced by it)."""
+        if self._ahead is not None:
+            concurrent.futures.wait([self._ahead[0]])
+            self._ahead = None
+
+    def _noise(self, std):
+        """This lot's noise: the draw made ahead if it is what the generator would give now, else drawn now.
+
+        The draw ahead runs on a private copy of the generator taken at the state this draw starts from; it
+        is used only when the scale is this lot's and the engine's generator still holds that state (nothing
+        re-seeded or drew from it since), and the generator is then moved to the copy's state after the draw:
+        the values and the generator's state are exactly those of drawing now.
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            future, ahead_std, start = ahead
+            noise, copy = future.result()
+            if ahead_std == std and torch.equal(self.generator.get_state(), start):
+                self.generator.set_state(copy.get_state())
+                return noise
+        return self._draw(self.params, std, self.generator)
+
+    def _start_ahead(self, std):
+        """Draw the next lot's noise on the helper thread (CPU generators only: a CUDA draw is asynchronous)."""
+        if not (self.draw_noise_ahead and std > 0 and self.generator.device.type == "cpu"):
+            return
+        start = self.generator.get_state()
+        copy = torch.Generator()
+        copy.set_state(start)
+        params = list(self.params)
+        future = _noise_pool().submit(lambda: (self._draw(params, std, copy), copy))
+        self._ahead = (future, std, start)
 
     def private_gradients(self, per_example_loss, inputs):
         """Set ``param.grad`` to the noisy clipped mean gradient of the lot ``inputs``.
@@ -327,13 +402,16 @@ class DPSGDEngine:
         # one pass of the generator and one of the addition per parameter.
         inv_lot = 1.0 / self.expected_batch_size
         std = self.noise_multiplier * self.max_grad_norm * inv_lot * taps.noise_factor()
-        for p in self.params:
+        noise = self._noise(std) if std > 0 else None
+        for i, p in enumerate(self.params):
             g = grads.get(p)
-            if std > 0:
-                out = torch.empty_like(p).normal_(0.0, std, generator=self.generator)
+            if noise is not None:
+                out = noise[i]
                 if g is not None:
                     out.add_(g.detach(), alpha=inv_lot)
             else:
                 out = torch.zeros_like(p) if g is None else g.detach() * inv_lot
             p.grad = out
+        # The next lot's noise, drawn while the caller steps and computes that lot (the same values as drawn then).
+        self._start_ahead(std)
         return losses, norms
