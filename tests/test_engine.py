@@ -336,3 +336,26 @@ def test_estimator_release_under_insecure_noise_seed_is_the_same_with_noise_draw
                                        random_state=0).fit(X, y)
         fits.append([p.detach().clone() for p in clf.net_.module_.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*fits))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int64, torch.bool])
+@pytest.mark.parametrize("n", [1, 7, 4096])
+def test_parameter_fingerprints_see_one_element_moved_by_one_ulp(dtype, n):
+    from skdp.engine.validators import _checksums
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    before = _checksums(x).tolist()
+    threads = torch.get_num_threads()
+    try:  # exact integer sums: the same at any thread count
+        torch.set_num_threads(1)
+        assert _checksums(x).tolist() == before
+    finally:
+        torch.set_num_threads(threads)
+    for i in {0, n // 2, n - 1}:
+        y = x.clone()
+        if dtype == torch.bool:
+            y[i] = ~y[i]
+        elif dtype.is_floating_point:
+            y[i] = torch.nextafter(y[i], torch.tensor(float("inf"), dtype=dtype))
+        else:
+            y[i] += 1
+        assert _checksums(y).tolist() != before
