@@ -208,15 +208,25 @@ def run(tables, seeds):
     return pd.DataFrame(rows)
 
 
-def _synthetic(name, seed, X_tr, y_tr, X_te, y_te, cats, epsilon):
-    t = time.perf_counter()
+def _public_ranges(X_tr, cats, epsilon):
+    """NaN -> 0 in numeric columns, then each numeric column's range released by DPQuantileScaler(epsilon).
+
+    Returns the filled frame, the fitted scaler (its spend) and ``{column: (lo, hi)}``: public once released.
+    """
     numeric = _numeric(X_tr, cats)
     X_fill = X_tr.copy()
     X_fill[numeric] = X_fill[numeric].fillna(0.0)  # constant fill: row-wise, public
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
-        ranges = DPQuantileScaler(epsilon=0.2 * epsilon, domain=DOMAIN).fit(X_fill[numeric])
-        bounds = {c: (lo, hi) for c, lo, hi in zip(numeric, *ranges.bounds_)}  # released with DP: public now
+        ranges = DPQuantileScaler(epsilon=epsilon, domain=DOMAIN).fit(X_fill[numeric])
+    return X_fill, ranges, {c: (lo, hi) for c, lo, hi in zip(numeric, *ranges.bounds_)}
+
+
+def _synthetic(name, seed, X_tr, y_tr, X_te, y_te, cats, epsilon):
+    t = time.perf_counter()
+    X_fill, ranges, bounds = _public_ranges(X_tr, cats, 0.2 * epsilon)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
         gen = PGEGenerator(epsilon=0.8 * epsilon, classes=[0, 1], categories=cats, bounds=bounds).fit(X_fill, y_tr)
     X_syn, y_syn = gen.sample(len(X_tr))
     y_syn = np.asarray(y_syn)
