@@ -13,7 +13,7 @@ from torch import nn
 from skdp.engine import DPSGDEngine, make_clipper
 from skdp.engine.hooks import HookClipper
 from skdp.exceptions import UnsupportedModelError, UnsupportedModuleError
-from skdp.nn import DPGRU, DPLSTM, DPRNN, DPMultiheadAttention, check_module, fix_module
+from skdp.nn import DPGRU, DPLSTM, DPRNN, DPMultiheadAttention, GroupNormCNN, check_module, fix_module
 from test_engine import ce_loss, naive_clipped_sum
 
 
@@ -96,6 +96,9 @@ def layer_models():
         "instancenorm_affine_opacus": (nn.Sequential(nn.Conv2d(1, 2, 3), nn.InstanceNorm2d(2, affine=True),
                                                      nn.Flatten(), nn.Linear(8, 3)),
                                        torch.randn(8, 1, 4, 4, generator=g)),
+        # module="cnn" (issue 28): weight-standardised convolutions (their own rule) and GroupNorm.
+        "ws_conv2d_groupnorm_cnn": (GroupNormCNN(3, (8, 8), channels=(4, 8), groups=2),
+                                    torch.randn(8, 1, 8, 8, generator=g)),
     }
 
 

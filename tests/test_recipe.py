@@ -69,3 +69,96 @@ def test_bad_ema_is_refused_by_name(digits, bad):
     X, y = digits
     with pytest.raises(ValueError, match="ema"):
         DPMomentumClassifier(ema=bad, max_epochs=1, classes=range(10)).fit(X, y)
+
+
+# -- module="cnn": weight-standardised convolutions and GroupNorm ---------------------------------------
+def test_cnn_is_the_groupnorm_network_and_trains_on_the_hooks(digits):
+    from skdp.nn import GroupNormCNN, WSConv2d
+    from skdp.engine.hooks import HookClipper
+
+    X, y = digits
+    clf = DPMomentumClassifier(module="cnn", noise_multiplier=1.0, max_epochs=2, batch_size=100, classes=range(10),
+                               clipping="ghost", random_state=0).fit(X, y)
+    inner = clf.net_.module_.inner
+    assert isinstance(inner, GroupNormCNN) and any(isinstance(m, WSConv2d) for m in inner.modules())
+    assert any(isinstance(m, torch.nn.GroupNorm) for m in inner.modules())
+    assert clf.predict(X[:5]).shape == (5,) and clf.privacy_certified_
+    # The standardised filters are what the layer applies: centred, variance 1 (up to eps).
+    conv = next(m for m in inner.modules() if isinstance(m, WSConv2d))
+    w = conv.standardized_weight().flatten(1)
+    torch.testing.assert_close(w.mean(1), torch.zeros(len(w)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(w.var(1, unbiased=False), torch.ones(len(w)), atol=1e-3, rtol=0)
+
+
+# -- augmentation multiplicity: K copies averaged inside one clipped gradient ----------------------------
+def _copy_gradients(module, loss_fn, copies, y):
+    """Per-copy gradients of record i's K copies, by plain autograd on the module (the reference)."""
+    grads = []
+    for k in range(copies.shape[1]):
+        loss = loss_fn(module(copies[:, k]), y).sum()
+        grads.append(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(module.parameters()))]))
+    return torch.stack(grads)
+
+
+def test_one_record_moves_the_clipped_sum_by_at_most_C_with_K_copies(digits):
+    from skdp.engine import make_clipper
+
+    X, y = digits
+    C, K = 0.05, 6
+    clf = DPMomentumClassifier(module="cnn", module__channels=(4, 8), augment=K, noise_multiplier=1.0, max_epochs=1,
+                               batch_size=100, classes=range(10), random_state=0).fit(X, y)
+    net, module = clf.net_, clf.net_.module_.train()
+    assert net.augment.copies == K
+    lot = net.get_train_inputs(X[:12], y[:12])  # (12, K, 64): the copies are drawn once, for both neighbours
+    assert lot[0].shape == (12, K, 64)
+    clipper = make_clipper(module, "vmap")
+
+    def clipped_sum(inputs):
+        _, pairs, norms = clipper.clipped_sum(net.per_example_loss, inputs, C)
+        return torch.cat([g.reshape(-1) for _, g in pairs]), norms
+
+    full, norms = clipped_sum(lot)
+    # Record 0's gradient is the mean of its K copies' gradients, then clipped as one.
+    per_copy = _copy_gradients(module, net.criterion_, lot[0][:1], lot[1][:1])
+    mean = per_copy.mean(0)
+    torch.testing.assert_close(norms[0], mean.norm(), rtol=1e-4, atol=1e-6)
+    assert per_copy.norm(dim=1).min() > C  # each copy alone would be clipped too: K copies are K * C apart
+    for i in range(12):  # the neighbour without record i: its clipped sum moves by at most C
+        keep = [j for j in range(12) if j != i]
+        without, _ = clipped_sum(tuple(t[keep] for t in lot))
+        assert (full - without).norm() <= C * (1 + 1e-4)
+    assert (full - clipped_sum(tuple(t[1:] for t in lot))[0]).norm() == pytest.approx(C, rel=1e-3)
+
+
+def test_augmentation_is_charged_once_per_lot(digits):
+    from skdp.privacy import BudgetLedger
+
+    X, y = digits
+    spends = []
+    for augment in (None, 4):
+        ledger = BudgetLedger(epsilon=10.0)
+        clf = DPMomentumClassifier(augment=augment, epsilon=1.0, max_epochs=2, classes=range(10), ledger=ledger,
+                                   random_state=0).fit(X, y)
+        spends.append((privacy_spent(clf), clf.noise_multiplier_, clf.n_steps_, len(ledger.entries)))
+        assert not hasattr(clf.net_, "_augment_gen")  # the copies' randomness is dropped with the fit
+    assert spends[0] == spends[1]
+
+
+def test_copies_are_shifts_of_the_record_alone():
+    from skdp.nn import ImageAugmentation
+
+    img = torch.arange(25, dtype=torch.float32).reshape(1, 25)
+    copies = ImageAugmentation(8, (1, 5, 5), shift=1)(img, torch.Generator().manual_seed(1))[0].reshape(8, 5, 5)
+    padded = torch.nn.functional.pad(img.reshape(1, 1, 5, 5), (1, 1, 1, 1), mode="replicate")[0, 0]
+    shifted = [padded[dy:dy + 5, dx:dx + 5] for dy in range(3) for dx in range(3)]
+    assert all(any(torch.equal(c, s) for s in shifted) for c in copies)
+    assert len({tuple(c.flatten().tolist()) for c in copies}) > 1  # random offsets, not one
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(augment=3, clipping="ghost"), "vmap"),
+                                           (dict(augment={"copies": 2, "angle": 5}), "angle"),
+                                           (dict(augment=2, image_shape=(3, 3)), "image_shape")])
+def test_bad_augmentation_is_refused_by_name(digits, kwargs, match):
+    X, y = digits
+    with pytest.raises(ValueError, match=match):
+        DPMomentumClassifier(max_epochs=1, classes=range(10), **kwargs).fit(X, y)

@@ -74,6 +74,18 @@ DP_PARAMETER_DOCS = {
     steps``, from the number of lots (public; rule and the data that chose it:
     :mod:`skdp.nn._defaults`); None or 0: the last iterate. The decay used
     is ``net_.ema_decay_``.""",
+    "augment": """augment : None, int or dict, default={default}
+    Augmentation multiplicity for image rows (De et al. 2022): K copies of
+    each record, each shifted at random by up to 2 pixels (edge pixels
+    repeated), and the record's gradient is the *average* of its copies'
+    gradients, taken before clipping. One record still moves the clipped sum
+    by at most ``max_grad_norm``, so the noise and the one charge per lot are
+    those of plain DP-SGD. The transforms are public and data-independent,
+    their randomness fresh. An int: K; a dict: ``copies``, ``shift``
+    (pixels) and ``flip`` (left-right mirror, not for digits). Images are
+    rows ``(C, H, W)``, ``(H, W)`` or flat with ``image_shape`` (or square).
+    Training takes the vmap clipping (the layers see K rows per record) and
+    K times the compute. None: the records as they are.""",
     "accounting": """accounting : {{"rdp", "prv"}}, default={default}
     Opacus's RDP accountant (certified upper bound) or PRV (tighter, slower).""",
     "clipping": """clipping : {{"auto", "ghost", "vmap"}}, default={default}

@@ -26,6 +26,7 @@ from ..utils.validation import DPSGD_CONSTRAINTS, Number, encode_labels, resolve
 from . import _defaults
 from ..exceptions import StreamedDataError, UnsupportedModelError, UnsupportedModuleError
 from ._data import RowSource, as_rows, chunk_rows, is_streamed
+from .augment import make_augmentation
 from ._estimator import DPSGDEstimator, fill_dp_docs
 from .modules import RowRMSNormalized, module_spec
 from .net import DPNet, plan_dpsgd
@@ -73,6 +74,7 @@ class _DPMomentum(DPSGDEstimator):
         "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
         "momentum": [Number(numbers.Real, 0, 1, closed="left")],
         "ema": [None, StrOptions({"auto"}), Number(numbers.Real, 0, 1, closed="left")],
+        "augment": [None, Interval(numbers.Integral, 1, None, closed="left"), dict],
         "max_physical_batch_size": [None, Number(numbers.Integral, 1, None, closed="left")],
         "image_shape": [None, tuple],
         "ledger": [None, HasMethods(["spend"])],
@@ -269,8 +271,9 @@ class _DPMomentum(DPSGDEstimator):
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
         kwargs.setdefault("iterator_valid__batch_size", 1024)
+        augment = make_augmentation(self.augment, tuple(input_shape), self.image_shape)
         return DPNet(module, criterion=self._criterion(), batch_size=self.batch_size_, callbacks=self.callbacks,
-                     **self._dp_net_kwargs(lr=self.lr_, max_epochs=self.max_epochs_), **kwargs)
+                     **self._dp_net_kwargs(lr=self.lr_, max_epochs=self.max_epochs_, augment=augment), **kwargs)
 
     def _forward(self, X):
         check_is_fitted(self)
@@ -350,6 +353,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:auto_max_epochs}
     {dp:auto_batch_size}
     {dp:ema}
+    {dp:augment}
     {dp:accounting}
     {dp:clipping}
     {dp:max_physical_batch_size}
@@ -417,7 +421,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
     def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
                  noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
-                 ema="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None, classes=None,
+                 ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
+                 classes=None,
                  image_shape=None, normalize_rows="rms", ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
                  random_state=None, **kwargs):
         self._set_init_params(locals())
@@ -597,6 +602,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:auto_max_epochs}
     {dp:auto_batch_size}
     {dp:ema}
+    {dp:augment}
     {dp:accounting}
     {dp:clipping}
     {dp:max_physical_batch_size}
@@ -653,7 +659,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     def __init__(self, module="linear", *, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
-                 batch_size="auto", ema="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None,
+                 batch_size="auto", ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  image_shape=None, ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
                  random_state=None, **kwargs):
         self._set_init_params(locals())

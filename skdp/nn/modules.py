@@ -6,6 +6,9 @@ import torch
 
 from torch import nn
 
+from ..engine.layers import _ConvGeometry, register as _register_rule
+from .init import INITIALISERS, register_init
+
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
 
@@ -160,7 +163,8 @@ class SmallCNN(nn.Module):
     Linear layer on the flattened last feature map. Without BatchNorm every
     example's output depends on that example alone, as per-example clipping
     requires; convolutions and the head are clipped exactly by the per-layer
-    rules. It is the ``module="cnn"`` of the DP-SGD estimators.
+    rules. It was the ``module="cnn"`` of the DP-SGD estimators before
+    :class:`GroupNormCNN`; pass the class as ``module=SmallCNN`` for it.
 
     Parameters
     ----------
@@ -220,6 +224,187 @@ class SmallCNN(nn.Module):
         return self.head(self.features(X).flatten(1))
 
 
+class WSConv2d(nn.Conv2d):
+    """A 2-D convolution with weight standardisation: each filter is centred and scaled to variance 1.
+
+    ``y = conv2d(x, w_hat) + b`` with ``w_hat_o = (w_o - mean(w_o)) / sqrt(var(w_o) + eps)`` per
+    output channel o (mean and biased variance over its ``in_channels * kh * kw`` entries; Qiao et
+    al. 2019). With GroupNorm after it, this is the normalisation of De et al. 2022's DP-SGD
+    networks: it does not mix the examples of a lot, unlike BatchNorm. Its per-example clipping
+    rule (registered for the hooks) is the convolution's per-example weight gradient through the
+    standardisation's Jacobian: ``dL/dw_o = (G_o - mean(G_o) - w_hat_o * mean(G_o * w_hat_o)) /
+    sqrt(var(w_o) + eps)`` with ``G_o`` the gradient with respect to ``w_hat_o``.
+
+    Parameters
+    ----------
+    *args : tuple
+        The arguments of ``torch.nn.Conv2d`` (``in_channels``, ``out_channels``, ``kernel_size``, ...).
+    eps : float, default=1e-5
+        Added to each filter's variance.
+    **kwargs : dict
+        The keyword arguments of ``torch.nn.Conv2d``.
+
+    See Also
+    --------
+    GroupNormCNN : The network built of these.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skdp.nn import WSConv2d
+    >>> conv = WSConv2d(1, 4, 3, padding=1)
+    >>> w = conv.standardized_weight()
+    >>> conv(torch.zeros(2, 1, 8, 8)).shape, bool(w.flatten(1).mean(1).abs().max() < 1e-5)
+    (torch.Size([2, 4, 8, 8]), True)
+    """
+
+    def __init__(self, *args, eps=1e-5, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eps = eps
+
+    def _scale(self):
+        """``(w_hat, s)``: the standardised weight and each filter's ``sqrt(var + eps)``, shape (O, 1, 1, 1)."""
+        w = self.weight
+        mean = w.mean(dim=(1, 2, 3), keepdim=True)
+        s = (w.var(dim=(1, 2, 3), unbiased=False, keepdim=True) + self.eps).sqrt()
+        return (w - mean) / s, s
+
+    def standardized_weight(self):
+        """Return the weight the convolution applies: each filter centred, divided by ``sqrt(var + eps)``.
+
+        Returns
+        -------
+        weight : torch.Tensor of shape (out_channels, in_channels / groups, kh, kw)
+            The standardised filters.
+        """
+        return self._scale()[0]
+
+    def forward(self, x):
+        """Convolve ``x`` with the standardised filters.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n, in_channels, H, W)
+            The input maps.
+
+        Returns
+        -------
+        y : torch.Tensor of shape (n, out_channels, H', W')
+            The output maps.
+        """
+        return self._conv_forward(x, self.standardized_weight(), self.bias)
+
+
+register_init(WSConv2d)(INITIALISERS[nn.Conv2d])  # a convolution's initialisation, from the fit's generator
+
+
+@_register_rule(WSConv2d)
+def _ws_conv_rule(module, a, g):
+    # Per-example gradients with respect to w_hat (the convolution's), then through the standardisation:
+    # per filter, dL/dw = (G - mean(G) - w_hat mean(G w_hat)) / s, linear in G, so the clipped sum is the
+    # same map of the clipped sum of the G's.
+    B, O = a.shape[0], module.out_channels
+    use_w, use_b = module.weight.requires_grad, module.bias is not None and module.bias.requires_grad
+    geo = _ConvGeometry(module, a)
+    with torch.no_grad():
+        w_hat, s = module._scale()
+    w_hat, s = w_hat.reshape(O, -1).to(a.dtype), s.reshape(O, 1).to(a.dtype)
+
+    def through(G):  # G: (..., O, D) gradients w.r.t. w_hat -> w.r.t. w
+        return (G - G.mean(-1, keepdim=True) - w_hat * (G * w_hat).mean(-1, keepdim=True)) / s
+
+    norm_sq = a.new_zeros(B)
+    per_example = None
+    if use_w:
+        per_example = through(geo.per_example_weight(module, g).reshape(B, O, -1))
+        norm_sq += per_example.pow(2).sum((1, 2))
+    g_bias = g.reshape(B, O, -1).sum(2) if use_b else None
+    if use_b:
+        norm_sq += g_bias.pow(2).sum(1)
+
+    def clipped(scale):
+        out = []
+        if use_w:
+            out.append((module.weight, torch.einsum("b,bod->od", scale, per_example).reshape(module.weight.shape)))
+        if use_b:
+            out.append((module.bias, scale @ g_bias))
+        return out
+
+    return norm_sq, clipped
+
+
+class GroupNormCNN(nn.Module):
+    """Weight-standardised convolutions with GroupNorm (De et al. 2022's normalisation for DP-SGD).
+
+    Each block is a 3x3 :class:`WSConv2d` (padding 1), a GroupNorm, the
+    activation and a 2x2 average pooling (which halves the height and width);
+    the head is a Linear layer on the flattened last map. Neither
+    normalisation mixes the examples of a lot: weight standardisation acts on
+    the filters, GroupNorm on the channels of one example; both are clipped
+    exactly by the per-layer rules. It is the ``module="cnn"`` of the DP-SGD
+    estimators.
+
+    Parameters
+    ----------
+    n_classes : int
+        Number of outputs (classes).
+    image_shape : tuple of int (H, W)
+        Image size; each side must be at least ``2 ** len(channels)``.
+    in_channels : int, default=1
+        Channels of the input images.
+    channels : tuple of int, default=(16, 32)
+        Output channels of each block (one block per entry).
+    groups : int, default=8
+        GroupNorm groups per block (at most the block's channels, and a divisor of them).
+    activation : {"tanh", "relu", "elu"}, default="tanh"
+        Activation after each normalisation.
+
+    See Also
+    --------
+    SmallCNN : The same blocks without weight standardisation and GroupNorm.
+    WSConv2d : Its convolution.
+    module_spec : How an estimator's ``module`` name becomes this class and its arguments.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skdp.nn import GroupNormCNN
+    >>> model = GroupNormCNN(n_classes=10, image_shape=(8, 8))
+    >>> model(torch.zeros(4, 1, 8, 8)).shape, model(torch.zeros(4, 64)).shape
+    (torch.Size([4, 10]), torch.Size([4, 10]))
+    """
+
+    def __init__(self, n_classes, image_shape, in_channels=1, channels=(16, 32), groups=8, activation="tanh"):
+        super().__init__()
+        self.image_shape = tuple(image_shape)
+        self.in_channels = in_channels
+        layers, c = [], in_channels
+        h, w = self.image_shape
+        for out_c in channels:
+            layers += [WSConv2d(c, out_c, 3, padding=1), nn.GroupNorm(math.gcd(int(groups), out_c), out_c),
+                       ACTIVATIONS[activation](), nn.AvgPool2d(2)]
+            c, h, w = out_c, h // 2, w // 2
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c * h * w, n_classes)
+
+    def forward(self, X):
+        """Compute the class logits of a lot.
+
+        Parameters
+        ----------
+        X : torch.Tensor of shape (n, in_channels, H, W) or (n, in_channels * H * W))
+            Images, or flat rows reshaped to ``(in_channels, H, W)``.
+
+        Returns
+        -------
+        logits : torch.Tensor of shape (n, n_classes)
+            One unnormalised score per class (the softmax gives the probabilities).
+        """
+        if X.dim() == 2:
+            X = X.view(X.shape[0], self.in_channels, *self.image_shape)
+        return self.head(self.features(X).flatten(1))
+
+
 class RowRMSNormalized(nn.Module):
     """``module`` applied to each input row rescaled to root-mean-square 1: ``x * sqrt(d) / ||x||``.
 
@@ -248,7 +433,9 @@ class RowRMSNormalized(nn.Module):
         return self.inner(X * scale.view((-1,) + (1,) * (X.dim() - 1)).to(X.dtype))
 
 
-MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": SmallCNN}
+MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": GroupNormCNN}
+#: The image networks: built from an image shape (given, or read from square flat rows).
+IMAGE_MODULES = (GroupNormCNN, SmallCNN)
 
 
 def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
@@ -270,7 +457,7 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
     n_classes : int
         Number of outputs.
     image_shape : tuple of int (H, W) or None, default=None
-        Image size of flat rows for ``SmallCNN``; None: from ``input_shape``,
+        Image size of flat rows for the image networks; None: from ``input_shape``,
         or a square image when the rows are flat.
     **kwargs : dict
         Further constructor arguments (an estimator's ``module__*``), kept.
@@ -285,28 +472,28 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
     Raises
     ------
     ValueError
-        For ``SmallCNN``, when the image shape cannot be found or does not
+        For an image network, when the image shape cannot be found or does not
         fit the rows, or is too small for its pooling blocks.
 
     See Also
     --------
     SoftmaxRegression : The module "linear".
     MLP : The module "mlp".
-    SmallCNN : The module "cnn".
+    GroupNormCNN : The module "cnn".
 
     Examples
     --------
     >>> from skdp.nn import module_spec
     >>> cls, kwargs = module_spec("cnn", input_shape=(64,), n_classes=10)
     >>> cls.__name__, kwargs
-    ('SmallCNN', {'n_classes': 10, 'image_shape': (8, 8)})
+    ('GroupNormCNN', {'n_classes': 10, 'image_shape': (8, 8)})
     >>> module_spec("mlp", input_shape=(8, 8), n_classes=3, hidden_sizes=(32,))[1]
     {'input_dim': 64, 'n_classes': 3, 'hidden_sizes': (32,)}
     """
     if isinstance(module, nn.Module):
         return module, {}
     cls = MODULES[module] if isinstance(module, str) else module
-    if cls is SmallCNN:
+    if cls in IMAGE_MODULES:
         if len(input_shape) == 3:  # (C, H, W) given
             kwargs.setdefault("in_channels", input_shape[0])
             image_shape = image_shape or input_shape[1:]

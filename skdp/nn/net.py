@@ -317,6 +317,16 @@ class DPNet(NeuralNet):
         post-processing: the privacy spent is the same. A float in (0, 1) is
         the decay; "auto": ``skdp.nn._defaults.auto_ema_decay`` of the number
         of lots (public); None or 0: the last iterate is released.
+    augment : callable or None, default=None
+        Augmentation multiplicity (:mod:`skdp.nn.augment`): ``augment(X,
+        generator)`` returns K copies of each row of a lot, shape ``(n, K,
+        ...)``, from public, data-independent transforms of that row alone;
+        each record's loss is the mean of its K copies' losses, so its
+        gradient is the average of theirs *before* clipping: one record still
+        moves the clipped sum by at most C, and each lot is charged once. The
+        copies are drawn from the fit's fresh mechanism generator. Needs
+        ``clipping="vmap"`` or ``"auto"`` (which then takes vmap: the layers
+        see K rows per record). None: the records as they are.
     **kwargs : dict
         The parameters of skorch (``lr``, ``max_epochs``, ``batch_size``,
         ``module__*``, ``optimizer__*``, ``callbacks``, ``device``, ...).
@@ -371,7 +381,7 @@ class DPNet(NeuralNet):
     def __init__(self, module, criterion=torch.nn.CrossEntropyLoss, *args, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, accounting="rdp", clipping="auto",
                  ledger=None, random_state=None, train_split=None, optimizer=torch.optim.SGD,
-                 owner=None, max_physical_batch_size=None, ema=None, **kwargs):
+                 owner=None, max_physical_batch_size=None, ema=None, augment=None, **kwargs):
         kwargs.setdefault("criterion__reduction", "none")
         super().__init__(module, criterion, *args, train_split=train_split, optimizer=optimizer, **kwargs)
         self.epsilon = epsilon
@@ -385,6 +395,7 @@ class DPNet(NeuralNet):
         self.owner = owner
         self.max_physical_batch_size = max_physical_batch_size
         self.ema = ema
+        self.augment = augment
 
     # ---- set-up -------------------------------------------------------------------------
     def get_default_callbacks(self):
@@ -515,7 +526,7 @@ class DPNet(NeuralNet):
 
     def __getstate__(self):
         state = super().__getstate__()
-        for key in ("_private_log", "_lot_rng", "_ema"):
+        for key in ("_private_log", "_lot_rng", "_ema", "_augment_gen"):
             state.pop(key, None)
         return state
 
@@ -656,6 +667,8 @@ class DPNet(NeuralNet):
             self._lot_rng = mechanism_rng(self)
         else:
             self._lot_rng, self.noise_seeded_ = self.rng_, False
+        # The augmentation's shifts and flips: from the fit's fresh entropy too, dropped with it.
+        self._augment_gen = torch_generator(self._lot_rng) if self.augment is not None else None
         self._private_log = {}
         engines = []
         try:
@@ -689,6 +702,7 @@ class DPNet(NeuralNet):
                 delattr(self, name)
             self.__dict__.pop("_lot_rng", None)
             self.__dict__.pop("_ema", None)
+            self.__dict__.pop("_augment_gen", None)
 
     # ---- the moving average of the weights (post-processing of the noisy iterates) ----------------
     def _ema_decay(self, n_steps):
@@ -861,9 +875,18 @@ class DPNet(NeuralNet):
             module, max_grad_norm=self.max_grad_norm, noise_multiplier=noise_multiplier,
             expected_batch_size=expected_batch_size,
             generator=torch_generator(self._lot_rng, device=self.device),
-            clipping=self.clipping if clipping is None else clipping,
+            clipping=self._clipping_for_augment(self.clipping if clipping is None else clipping),
             max_physical_batch_size=self.max_physical_batch_size,
             watch=[getattr(self, "criterion_", None)])
+
+    def _clipping_for_augment(self, clipping):
+        """The clipping of a fit: with ``augment``, the layers see K rows per record, so vmap (each record alone)."""
+        if self.augment is None:
+            return clipping
+        if clipping == "ghost":
+            raise ValueError("augment: the per-layer hooks (clipping='ghost') see K rows per record and cannot clip "
+                             "the record's averaged gradient; use clipping='vmap' or 'auto'.")
+        return "vmap"
 
     def initialize_engines(self, sigma, expected_batch_size):
         """Set the engines ``train_step`` uses for this fit.
@@ -928,7 +951,11 @@ class DPNet(NeuralNet):
         inputs : tuple of torch.Tensor
             ``(X, y)`` on the net's device.
         """
-        return (to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device))
+        X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
+        if self.augment is not None:  # (n, K, ...): K public augmented copies of each record
+            gen = getattr(self, "_augment_gen", None)
+            X = self.augment(X, torch.Generator().manual_seed(0) if gen is None else gen)  # None: a stand-in lot
+        return X, y
 
     def per_example_loss(self, forward, X, y):
         """Compute one loss per example; ``forward`` is the module (or a functional stand-in).
@@ -947,7 +974,13 @@ class DPNet(NeuralNet):
         losses : torch.Tensor of shape (lot_size,)
             The criterion per example.
         """
-        return self.criterion_(forward(X), y)
+        if self.augment is None:
+            return self.criterion_(forward(X), y)
+        # Augmentation multiplicity: X is (n, K, ...); record i's loss is the mean over its K copies, so its
+        # gradient is the mean of theirs, clipped as one: sensitivity C, one charge.
+        n, K = X.shape[:2]
+        losses = self.criterion_(forward(X.flatten(0, 1)), y.repeat_interleave(K, dim=0))
+        return losses.reshape(n, K).mean(1)
 
     def get_loss(self, y_pred, y_true, X=None, training=False):
         """Return the mean criterion (skorch's validation and scoring hook; training uses the engine).

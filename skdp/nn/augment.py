@@ -1,0 +1,149 @@
+"""Augmentation multiplicity (De et al. 2022): K augmented copies of each record inside its clipped gradient.
+
+DP-SGD clips each record's gradient to C. With augmentation multiplicity a
+record's gradient is the *average* of the gradients of K augmented copies of
+it, taken before the clipping::
+
+    g_i = (1 / K) sum_k grad loss(f(aug_k(x_i)), y_i),    released: sum_i clip(g_i, C) + N(0, sigma^2 C^2)
+
+so one record still moves the clipped sum by at most C: the sensitivity,
+the noise and the accountant's one charge per lot are those of plain DP-SGD.
+The averaging lowers the variance of ``g_i`` before clipping (no extra
+noise), which is where the gain comes from. The transforms are public and
+data-independent (random shifts and flips of each image on its own), and
+their randomness is drawn from the fit's fresh mechanism generator.
+"""
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+
+class ImageAugmentation:
+    """K randomly shifted (and optionally flipped) copies of each image of a lot.
+
+    Each copy is the image padded by ``shift`` pixels (edge pixels repeated:
+    a function of that image alone) and cropped back to its size at a random
+    offset in ``[-shift, shift]`` on each axis, then, with ``flip``, mirrored
+    left-right with probability 1/2. Nothing is read from other records and
+    nothing is learnt: it is a public, data-independent map of each record.
+
+    Parameters
+    ----------
+    copies : int
+        K, the number of augmented copies of each record (at least 1).
+    image_shape : tuple of int (C, H, W)
+        Shape of one image; flat rows are reshaped to it and back.
+    shift : int, default=2
+        Largest shift in pixels on each axis.
+    flip : bool, default=False
+        Mirror each copy left-right with probability 1/2 (not for digits or
+        text, whose mirror image is another symbol).
+
+    See Also
+    --------
+    skdp.nn.DPMomentumClassifier : Its ``augment`` parameter builds one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skdp.nn import ImageAugmentation
+    >>> aug = ImageAugmentation(4, (1, 8, 8))
+    >>> aug(torch.zeros(5, 64), torch.Generator().manual_seed(0)).shape
+    torch.Size([5, 4, 64])
+    """
+
+    def __init__(self, copies, image_shape, shift=2, flip=False):
+        if not (isinstance(copies, numbers.Integral) and not isinstance(copies, bool) and copies >= 1):
+            raise ValueError(f"augment: copies={copies!r} must be an int >= 1 (the copies of each record).")
+        if not (isinstance(shift, numbers.Integral) and not isinstance(shift, bool) and shift >= 0):
+            raise ValueError(f"augment: shift={shift!r} must be an int >= 0 (pixels).")
+        self.copies, self.image_shape, self.shift, self.flip = int(copies), tuple(image_shape), int(shift), bool(flip)
+
+    def __repr__(self):
+        return (f"ImageAugmentation(copies={self.copies}, image_shape={self.image_shape}, shift={self.shift}, "
+                f"flip={self.flip})")
+
+    def __call__(self, X, generator):
+        """Return K augmented copies of every row of ``X``, shape ``(n, K, *row_shape)``.
+
+        Parameters
+        ----------
+        X : torch.Tensor of shape (n, ...)
+            The lot: flat rows or images, ``C * H * W`` values per row.
+        generator : torch.Generator
+            Source of the shifts and flips (the fit's fresh mechanism generator).
+
+        Returns
+        -------
+        copies : torch.Tensor of shape (n, K, ...)
+            ``copies[i, k]`` is copy k of row i, shaped as the row.
+        """
+        n, row_shape, K = X.shape[0], X.shape[1:], self.copies
+        C, H, W = self.image_shape
+        imgs = X.reshape(n, 1, C, H, W).expand(n, K, C, H, W).reshape(n * K, C, H, W)
+        s = self.shift
+        if s > 0 and n:
+            padded = F.pad(imgs, (s, s, s, s), mode="replicate")
+            dy = torch.randint(0, 2 * s + 1, (n * K, 1), generator=generator).to(X.device)
+            dx = torch.randint(0, 2 * s + 1, (n * K, 1), generator=generator).to(X.device)
+            rows = (dy + torch.arange(H, device=X.device))[:, None, :, None]      # (nK, 1, H, 1)
+            cols = (dx + torch.arange(W, device=X.device))[:, None, None, :]      # (nK, 1, 1, W)
+            idx = torch.arange(n * K, device=X.device)[:, None, None, None]
+            imgs = padded[idx, torch.arange(C, device=X.device)[None, :, None, None], rows, cols]
+        if self.flip and n:
+            mirror = (torch.rand(n * K, generator=generator) < 0.5).to(X.device)
+            imgs = torch.where(mirror[:, None, None, None], imgs.flip(-1), imgs)
+        return imgs.reshape(n, K, *row_shape)
+
+
+def make_augmentation(augment, input_shape, image_shape=None):
+    """Resolve an estimator's ``augment`` to an :class:`ImageAugmentation` (or None) from the rows' shape.
+
+    Parameters
+    ----------
+    augment : None, int or dict
+        None: no augmentation. An int K: K copies, shifts of up to 2 pixels,
+        no flips. A dict: the arguments of :class:`ImageAugmentation`
+        (``copies``, ``shift``, ``flip``).
+    input_shape : tuple of int
+        Shape of one row as the network gets it: ``(C, H, W)``, or
+        ``(n_features,)`` for flat rows.
+    image_shape : tuple of int (H, W) or None, default=None
+        Image size of flat rows; None: square single-channel images.
+
+    Returns
+    -------
+    augmentation : ImageAugmentation or None
+        The augmentation of the fit.
+
+    Raises
+    ------
+    ValueError
+        If the rows are not images of a shape that can be found.
+    """
+    if augment is None:
+        return None
+    spec = dict(augment) if isinstance(augment, dict) else {"copies": augment}
+    unknown = set(spec) - {"copies", "shift", "flip"}
+    if unknown or "copies" not in spec:
+        raise ValueError(f"augment={augment!r}: give an int (copies) or a dict with 'copies' and optionally "
+                         f"'shift' and 'flip'{f' (unknown: {sorted(unknown)})' if unknown else ''}.")
+    if len(input_shape) == 3:
+        shape = tuple(input_shape)
+    elif len(input_shape) == 1:
+        d = int(input_shape[0])
+        if image_shape is None:
+            side = int(math.isqrt(d))
+            if side * side != d:
+                raise ValueError(f"augment needs images: rows of {d} features are not square; give "
+                                 "image_shape=(H, W).")
+            image_shape = (side, side)
+        h, w = (int(v) for v in image_shape[-2:])
+        if d % (h * w):
+            raise ValueError(f"augment: image_shape={tuple(image_shape)} does not match {d} features.")
+        shape = (d // (h * w), h, w)
+    else:
+        raise ValueError(f"augment needs images (C, H, W), (H, W) or flat rows; got rows of shape {input_shape}.")
+    return ImageAugmentation(image_shape=shape, **spec)
