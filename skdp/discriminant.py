@@ -52,10 +52,15 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
     delta : float, default=1e-5
         Delta of the guarantee, in (0, 1); with ``epsilon`` it sets ``mu``
         exactly. Keep it well below 1 / n_samples.
-    bounds : None or (lower, upper), default=None
-        Public feature range (scalars or per-feature arrays); the box widths
-        set the sensitivities. None reads it from the data (warns, unless
-        epsilon is inf, and voids the certificate); stored in ``bounds_``.
+    bounds : None, (lower, upper) or dict, default=None
+        Public feature range (scalars or per-feature arrays), or a dict
+        ``{column: (lower, upper)}`` for a DataFrame (every column needs one;
+        other names are ignored, so the dict given to a ``DPFisherSelector``
+        before it serves the columns it keeps: use
+        ``pipeline.set_output(transform="pandas")`` so the names reach this
+        step). The box widths set the sensitivities. None reads it from the
+        data (warns, unless epsilon is inf, and voids the certificate);
+        stored in ``bounds_``.
     clip : bool, default=True
         Clip X to ``bounds``; with False, data outside is an error.
     classes : array-like or None, default=None
@@ -135,7 +140,7 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
     _spends_privacy = True  # declared DP: fit spends through a mechanism and reports it (public_steps.declares_dp)
     _parameter_constraints = {
         **PRIVACY_CONSTRAINTS,
-        "bounds": [None, tuple, list],
+        "bounds": [None, tuple, list, dict],
         "clip": ["boolean"],
         "classes": [None, "array-like"],
         "priors": [None, StrOptions({"uniform"}), "array-like"],
@@ -171,7 +176,8 @@ class DPFisherClassifier(ClassifierMixin, BaseEstimator):
             warn_if_delta_too_large(self.delta, X.shape[0], owner)
         else:
             warn_privacy(f"{owner}(epsilon=inf) fits without noise: NOT private.")
-        self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=private)
+        self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=private,
+                                     feature_names=getattr(self, "feature_names_in_", None))
         lower, upper = self.bounds_
         centre, half = (lower + upper) / 2, (upper - lower) / 2
         Z = apply_bounds(X, lower, upper, self.clip, owner) - centre  # in [-half, half]

@@ -78,8 +78,8 @@ def test_paper_method_is_the_exact_ranking_and_says_it_is_not_certified():
 def test_private_scores_release_ranks_only():
     X, y = gaussian_task(p=30)
     sel = DPFisherSelector(3, bounds=(-4, 4), classes=[0, 1], random_state=0).fit(X, y)
-    assert sorted(sel.scores_[sel.support_]) == [1.0, 2.0, 3.0]
-    assert np.all(sel.scores_[~sel.support_] == 0)
+    assert sorted(sel.ranking_[sel.support_]) == [1, 2, 3]
+    assert np.isnan(sel.scores_).all()  # no score is released: the ranks are in ranking_
     assert sel.privacy_certified_ and sel.epsilon_ == 1.0
     assert sel.get_feature_names_out().shape == (3,)
 

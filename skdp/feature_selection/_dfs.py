@@ -37,7 +37,8 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
         peeling exponential mechanisms, with the rest of the budget
         (``0.9 * epsilon``, ``delta``, bounded-range zCDP composition). The whole fit is (epsilon, delta)-DP under add/remove-one
         adjacency of (x, y) records. Only the chosen set and its order are
-        released, so ``scores_`` holds ranks, not the data's gaps.
+        released (``support_``, ``ranking_``); no score is, so ``scores_`` is
+        NaN.
     ``"paper"`` (not certified)
         Algorithm 1 as written: the exact top ``m`` gaps of the raw data, no
         noise, no bounds. Fitting warns with ``PrivacyLeakWarning``;
@@ -56,9 +57,11 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     delta : float, default=1e-5
         Delta of the selection's zCDP-to-(epsilon, delta) conversion, in
         (0, 1); keep it well below 1 / n_samples.
-    bounds : None or (lower, upper), default=None
-        Public feature range, scalars or per-feature arrays; it sets the
-        sensitivity ``max(w) / N0``. None reads it from the data (warns,
+    bounds : None, (lower, upper) or dict, default=None
+        Public feature range, scalars or per-feature arrays, or a dict
+        ``{column: (lower, upper)}`` for a DataFrame (every column needs one;
+        a ``DPFisherClassifier`` after it can take the same dict: it reads the
+        kept columns' entries by name). It sets the sensitivity ``max(w) / N0``. None reads it from the data (warns,
         voids the certificate; stored in ``bounds_``, never in ``bounds``).
     clip : bool, default=True
         Clip X to ``bounds``; with False, data outside the bounds is an error.
@@ -81,9 +84,11 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     ranking_ : ndarray of int of shape (n_features,)
         1 for the first feature chosen, ..., m; m + 1 for the others.
     scores_ : ndarray of float of shape (n_features,)
-        All ones when every feature is kept (then nothing is spent).
-        "paper": the exact gaps ``D_j``. "private": ``m + 1 - ranking_`` for
-        kept features and 0 elsewhere (the noisy gaps are not released).
+        The released scores: "paper", the exact gaps ``D_j`` (not private).
+        "private": NaN, since the mechanism releases the chosen set and its
+        order only (``ranking_``), never a gap; a released value must be a DP
+        output, and ranks are not scores. NaN also when every feature is kept
+        (nothing is computed or spent).
     classes_ : ndarray of shape (n_classes,)
         The label set used (``classes``, or read from ``y``).
     bounds_ : tuple of ndarray
@@ -138,7 +143,7 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     _parameter_constraints = {
         **TopKSelectorMixin._selector_constraints,
         **PRIVACY_CONSTRAINTS,
-        "bounds": [None, tuple, list],
+        "bounds": [None, tuple, list, dict],
         "clip": ["boolean"],
         "method": [StrOptions({"private", "paper"})],
         "classes": [None, "array-like"],
@@ -183,10 +188,11 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
 
     def _fit_all(self, X):
         private = not math.isinf(self.epsilon) and self.method == "private"
-        self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=private)
+        self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=private,
+                                     feature_names=getattr(self, "feature_names_in_", None))
         apply_bounds(X, *self.bounds_, self.clip, type(self).__name__)
         self._set_support(np.arange(X.shape[1]))
-        self.scores_ = np.ones(X.shape[1])
+        self.scores_ = np.full(X.shape[1], np.nan)  # nothing is scored
         self.class_counts_, self.sensitivity_ = None, 0.0
         self.epsilon_, self.delta_ = 0.0, 0.0
         self.privacy_certified_ = True
@@ -194,7 +200,8 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     def _fit_paper(self, X, codes, k, m):
         warn_privacy("DPFisherSelector(method='paper') ranks features on the raw private data at no privacy "
             "cost, as the paper's Algorithm 1 does; its privacy claim is NOT certified.")
-        self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=False)
+        self.bounds_ = resolve_bounds(self.bounds, X, type(self).__name__, warn=False,
+                                     feature_names=getattr(self, "feature_names_in_", None))
         X = apply_bounds(X, *self.bounds_, self.clip, type(self).__name__)
         charge(self.ledger, self.epsilon, self.delta, type(self).__name__ + " (paper, not certified)")
         self.scores_ = mean_gap(X, codes, k)
@@ -207,7 +214,8 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
     def _fit_private(self, X, codes, k, m, rng):
         owner = type(self).__name__
         warn_if_delta_too_large(self.delta, X.shape[0], owner)
-        self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=not math.isinf(self.epsilon))
+        self.bounds_ = resolve_bounds(self.bounds, X, owner, warn=not math.isinf(self.epsilon),
+                                     feature_names=getattr(self, "feature_names_in_", None))
         lower, upper = self.bounds_
         X = apply_bounds(X, lower, upper, self.clip, owner)
         width = float(np.max(upper - lower))
@@ -232,5 +240,5 @@ class DPFisherSelector(TopKSelectorMixin, BaseEstimator):
             chosen = gumbel_top_k(mean_gap(Z, codes, k, floor=floor), m, eps0, self.sensitivity_, rng)
             self.epsilon_, self.delta_ = float(self.epsilon), float(self.delta)
         self._set_support(chosen)
-        self.scores_ = np.where(self.support_, m + 1 - self.ranking_, 0).astype(float)
+        self.scores_ = np.full(X.shape[1], np.nan)  # released: the set and its order (ranking_), no score
         self.privacy_certified_ = not math.isinf(self.epsilon)

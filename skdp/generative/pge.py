@@ -18,7 +18,7 @@ from ..utils.bounds import resolve_bounds
 from ..nn._estimator import DPSGDEstimator, fill_dp_docs
 from ..nn.net import check_device
 from ..privacy import set_privacy_attributes
-from ..utils.log import progress
+from ..utils.log import ProgressTimer, progress, progress_callback
 from ..utils import taps
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
@@ -126,8 +126,12 @@ class PGEGenerator(DPSGDEstimator):
         printed rule ``min(1, q(x_new) / q(x_old))``.
     {dp:ledger}
     {dp:device}
-    verbose : int, default=0
-        1: skorch's training log (with epsilon) and sampling progress.
+    verbose : "auto" or int, default="auto"
+        "auto": silent for fits and samplings that end within 10 seconds;
+        longer ones report every 10 seconds (epoch, epsilon spent so far,
+        time elapsed and left; for sampling, records drawn). 0: silent. 1:
+        skorch's training log each epoch (with epsilon and, for the data
+        curator only, the unnoised loss) and each noise level of sampling.
     {dp:random_state}
 
     Attributes
@@ -210,7 +214,7 @@ class PGEGenerator(DPSGDEstimator):
         "acceptance": [StrOptions({"hmc", "density"})],
         "ledger": [None, HasMethods(["spend"])],
         "device": [str, torch.device],
-        "verbose": ["verbose"],
+        "verbose": [StrOptions({"auto"}), "verbose"],
     }
     _parameter_constraints.pop("clipping")
 
@@ -218,7 +222,7 @@ class PGEGenerator(DPSGDEstimator):
                  residual=True, hidden_size=256, n_blocks=2, sigma_min=0.01, n_levels=10, max_epochs=30,
                  batch_size="auto", lr="auto", max_grad_norm=1.0, noise_multiplier=None, accounting="rdp",
                  bounds=None, categories=None, classes=None, image_shape=None, n_leapfrog=10, n_repeats=5, step_size=None,
-                 acceptance="hmc", ledger=None, device="cpu", verbose=0, random_state=None):
+                 acceptance="hmc", ledger=None, device="cpu", verbose="auto", random_state=None):
         self._set_init_params(locals())
 
     # -- fit ---------------------------------------------------------------------------------
@@ -356,6 +360,8 @@ class PGEGenerator(DPSGDEstimator):
                                             hidden_size=self.hidden_size, n_blocks=self.n_blocks,
                                             residual=self.residual)
         privacy = self._dp_net_kwargs(lr=self.lr_)
+        if self.verbose == "auto":  # skorch's log off; a long fit reports its epochs (released values only)
+            privacy.update(verbose=0, callbacks=[("progress", progress_callback(type(self).__name__))])
         privacy["random_state"] = rng
         if certified:
             share = COUNT_SHARE if (n_classes and not math.isinf(self.epsilon)) else 0.0
@@ -424,7 +430,9 @@ class PGEGenerator(DPSGDEstimator):
                 return module(x, labels, torch.full((x.shape[0],), float(sigma), device=x.device))
 
         step = self.step_size if self.step_size is not None else 0.3 * self.sigma_min
-        report = _progress(time.perf_counter()) if self.verbose else None
+        auto = self.verbose == "auto"
+        report = _progress(time.perf_counter()) if self.verbose and not auto else None
+        timer = ProgressTimer() if auto else None
         chunks, self.acceptance_rates_ = [], []
         for start in range(0, n_samples, SAMPLE_CHUNK):  # chunks keep the working set in cache
             rows = slice(start, min(start + SAMPLE_CHUNK, n_samples))
@@ -432,7 +440,8 @@ class PGEGenerator(DPSGDEstimator):
             z, rates = hmc_sample(lambda x, sigma: score(x, Y[rows], sigma), x0, self.sigmas_,
                                   step_size=step, n_leapfrog=self.n_leapfrog, n_repeats=self.n_repeats,
                                   acceptance=self.acceptance, generator=gen,
-                                  callback=report if start == 0 else None)
+                                  callback=((report if start == 0 else None) if report
+                                            else _timed(timer, start, n_samples)))
             chunks.append(z)
             self.acceptance_rates_.append(rates)
         self.acceptance_rates_ = np.mean(self.acceptance_rates_, axis=0)
@@ -466,6 +475,17 @@ class PGEGenerator(DPSGDEstimator):
         Y = torch.nn.functional.one_hot(torch.as_tensor(codes, device=self.device),
                                         len(self.classes_)).float()
         return self.classes_[codes], Y
+
+
+def _timed(timer, start, n_samples):
+    """The sampler's callback under verbose="auto": progress over all chunks' noise levels (None: silent)."""
+    if timer is None:
+        return None
+    n_chunks, chunk = -(-n_samples // SAMPLE_CHUNK), start // SAMPLE_CHUNK
+
+    def report(m, M, sigma, rate):
+        timer.report(chunk * M + m, n_chunks * M, "PGEGenerator sample, noise level")
+    return report
 
 
 def _progress(start):

@@ -5,7 +5,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone, _fit_context
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils._param_validation import HasMethods, Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import (_check_feature_names, _check_n_features, check_consistent_length,
+                                      check_is_fitted, validate_data)
 
 from ..exceptions import warn_privacy
 from ..utils import taps
@@ -20,6 +21,13 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
     post-processing of the generator: the whole estimator spends what the
     generator spends (``epsilon_``). ``GridSearchCV`` over ``generator__epsilon``
     and ``Pipeline`` work as usual (and every fit of a search spends budget).
+
+    A DataFrame is passed to the generator as it is (its column names, and
+    categorical columns for a generator that models them, such as
+    ``PGEGenerator(categories=...)``); the classifier is fitted on the
+    samples as the generator returns them (a DataFrame of the same columns,
+    for a table) and always predicts on rows of that same form, so that
+    names seen in fit are seen in predict.
 
     Like every scikit-learn meta-estimator it fits a *clone* of ``generator``:
     passing an already fitted generator spends its epsilon a second time (it
@@ -92,8 +100,8 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Private records.
+        X : array-like or DataFrame of shape (n_samples, n_features)
+            Private records; a DataFrame goes to the generator as it is.
         y : array-like of shape (n_samples,)
             Private labels.
 
@@ -102,7 +110,14 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        X, y = validate_data(self, X, y, ensure_min_samples=2)
+        if _is_frame(X):  # the generator validates its table (mixed columns included)
+            _check_feature_names(self, X, reset=True)
+            _check_n_features(self, X, reset=True)
+            check_consistent_length(X, y)
+            if len(X) < 2:
+                raise ValueError(f"TrainOnSynthetic needs at least 2 records, got {len(X)}.")
+        else:
+            X, y = validate_data(self, X, y, ensure_min_samples=2)
         if hasattr(self.generator, "epsilon_") and type(self.generator).__name__ != "FrozenEstimator":
             warn_privacy(f"TrainOnSynthetic refits a clone of the fitted {type(self.generator).__name__}: that spends "
                 f"epsilon={self.generator.epsilon_:.4g} again. Wrap the fitted generator in "
@@ -116,6 +131,8 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         # classifier knows all of them.
         labels = np.r_[classes, rng.choice(classes, size=n - len(classes), p=prior)]
         X_syn, y_syn = self.generator_.sample(n, y=labels, random_state=rng)
+        # Predictions give the classifier rows of the form it was fitted on (a DataFrame of these columns).
+        self._synthetic_columns = list(X_syn.columns) if _is_frame(X_syn) else None
         base = LogisticRegression(max_iter=1000) if self.classifier is None else self.classifier
         self.classifier_ = clone(base).fit(X_syn, y_syn)
         self.classes_ = self.generator_.classes_
@@ -130,7 +147,7 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or DataFrame of shape (n_samples, n_features)
             Records to classify.
 
         Returns
@@ -138,15 +155,14 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         y_pred : ndarray of shape (n_samples,)
             Predicted labels.
         """
-        check_is_fitted(self)
-        return self.classifier_.predict(validate_data(self, X, reset=False))
+        return self.classifier_.predict(self._rows(X))
 
     def predict_proba(self, X):
         """Predict class probabilities, with a column for every class of ``classes_``.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or DataFrame of shape (n_samples, n_features)
             Records to classify.
 
         Returns
@@ -155,9 +171,25 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
             Probabilities in the order of ``classes_``; a class absent from
             the synthetic set gets probability 0.
         """
-        check_is_fitted(self)
-        proba = self.classifier_.predict_proba(validate_data(self, X, reset=False))
+        proba = self.classifier_.predict_proba(self._rows(X))
         # Classes absent from the synthetic set get probability 0.
         out = np.zeros((len(proba), len(self.classes_)))
         out[:, np.searchsorted(self.classes_, self.classifier_.classes_)] = proba
         return out
+
+    def _rows(self, X):
+        """``X`` in the form the classifier was fitted on: a DataFrame of the synthetic columns, or an array."""
+        check_is_fitted(self)
+        if self._synthetic_columns is None:
+            return validate_data(self, X, reset=False)
+        import pandas as pd
+
+        _check_feature_names(self, X, reset=False)  # scikit-learn's warning when names are dropped or changed
+        _check_n_features(self, X, reset=False)
+        if _is_frame(X):
+            return X[self._synthetic_columns]
+        return pd.DataFrame(np.asarray(X), columns=self._synthetic_columns)
+
+
+def _is_frame(X):
+    return hasattr(X, "columns") and hasattr(X, "dtypes") and hasattr(X, "iloc")

@@ -22,13 +22,14 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import (_check_feature_names, _check_y, check_consistent_length, check_is_fitted,
                                       validate_data)
 
+from ..utils.bounds import resolve_bounds
 from ..utils.validation import DPSGD_CONSTRAINTS, Number, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
 from ..exceptions import StreamedDataError, UnsupportedModelError, UnsupportedModuleError
 from ._data import RowSource, as_rows, chunk_rows, is_streamed
 from .augment import make_augmentation
-from ._estimator import DPSGDEstimator, fill_dp_docs
-from .modules import RowRMSNormalized, module_spec
+from ._estimator import DP_PARAMETER_DOCS, DPSGDEstimator, fill_dp_docs
+from .modules import BoxScaled, RowRMSNormalized, module_spec
 from .net import DPNet, plan_dpsgd
 
 SAMPLE_WEIGHT_REFUSED = (
@@ -57,6 +58,49 @@ class PerExampleRegressionLoss(torch.nn.Module):
         return per_output.flatten(1).mean(1)
 
 
+# A feature "far from unit scale" for the curator's hint: its largest magnitude over SCALE_HINT, or the
+# features' largest magnitudes spread over more than a factor SCALE_HINT.
+SCALE_HINT = 100.0
+
+# The bounds entry of both estimators' docstrings ({dp:bounds}).
+DP_PARAMETER_DOCS["bounds"] = """bounds : None, (lower, upper) or dict, default={default}
+    Public per-feature bounds of the input: a pair of scalars, a pair of
+    arrays of length n_features (pixels for images), or a dict
+    ``{{column: (lower, upper)}}`` for a DataFrame (every column needs one;
+    other names are ignored, so one dict serves the columns a selector
+    keeps). Each row is clipped to them and mapped to [-1, 1] by the
+    network's first, fixed layer (``BoxScaled``), in fit and in prediction.
+    They are public: nothing is read from the data and nothing is charged.
+    None: rows as given; if some features are far from unit scale (a
+    magnitude over 100, or magnitudes spread over more than a factor 100),
+    ``fit`` says so to the curator with a ``UserWarning``. That check reads
+    the private rows for the message only (it never changes the released
+    model) and is skipped for streamed data."""
+
+
+def _scale_hint(X, owner):
+    """Tell the curator (UserWarning) that the features are far from unit scale and no bounds were given.
+
+    This reads the private rows, for a message to whoever runs ``fit`` (who holds the data anyway); the
+    released model does not depend on it. It says one bit about the data (far from unit scale or not) to
+    anyone who sees the warning, so it names no value. Skipped for streamed data (it would be another pass).
+    """
+    if not isinstance(X, np.ndarray) or X.size == 0 or not np.issubdtype(X.dtype, np.floating):
+        return
+    largest = np.abs(X.reshape(len(X), -1)).max(axis=0)
+    largest = largest[largest > 0]
+    if largest.size and (largest.max() > SCALE_HINT or largest.max() > SCALE_HINT * largest.min()):
+        import warnings
+
+        warnings.warn(
+            f"{owner}: some features are far from unit scale (a magnitude over {SCALE_HINT:g}, or magnitudes "
+            f"spread over more than a factor {SCALE_HINT:g}) and bounds=None. DP-SGD clips every gradient, so "
+            "such features train poorly. Pass public bounds (bounds=(lower, upper), per-feature arrays, or "
+            "{column: (lower, upper)}), or scale by a public range first (skdp.preprocessing.DPQuantileScaler "
+            "pays for a private one). This check reads the data for this message only; the model does not "
+            "depend on it.", UserWarning, stacklevel=4)
+
+
 def _one_channel(X):
     """Images ``(n, H, W)`` get one channel, ``(n, 1, H, W)``; other rows are left as they are."""
     if X.ndim != 3:
@@ -77,6 +121,7 @@ class _DPMomentum(DPSGDEstimator):
         "augment": [None, Interval(numbers.Integral, 1, None, closed="left"), dict],
         "max_physical_batch_size": [None, Number(numbers.Integral, 1, None, closed="left")],
         "image_shape": [None, tuple],
+        "bounds": [None, tuple, list, dict],
         "ledger": [None, HasMethods(["spend"])],
         "device": [str, torch.device],
         "callbacks": [None, list],
@@ -167,6 +212,10 @@ class _DPMomentum(DPSGDEstimator):
                              f"{self.input_shape_}.")
         self.input_shape_ = X.shape[1:]
         self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
+        if not continuing:
+            self.bounds_ = self._input_bounds(X)
+            if self.bounds_ is None:
+                _scale_hint(X, type(self).__name__)
         n_samples = X.shape[0]
         warn_if_delta_too_large(self.delta, n_samples, type(self).__name__)
         X = _one_channel(X)
@@ -198,6 +247,13 @@ class _DPMomentum(DPSGDEstimator):
         self._set_fit_results(self.net_, read_from_data=read_from_data)
         return self
 
+    def _input_bounds(self, X):
+        """Per-feature ``(lower, upper)`` of the public ``bounds`` (None without); reads only X's shape and names."""
+        if self.bounds is None:
+            return None
+        return resolve_bounds(self.bounds, X, type(self).__name__, feature_names=getattr(self, "feature_names_in_",
+                                                                                         None))
+
     def _drop_fitted(self):
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, name)
@@ -221,7 +277,10 @@ class _DPMomentum(DPSGDEstimator):
 
         probe = clone(self).set_params(noise_multiplier=1.0, ledger=None, verbose=0)  # no calibration, no charge
         probe._check_net_kwargs()
-        X = _one_channel(probe._validate_X(X, reset=True))
+        X = probe._validate_X(X, reset=True)
+        # Bounds by column name are checked by the trial's fit (the stand-in may have no names).
+        probe.bounds_ = None if isinstance(probe.bounds, dict) else probe._input_bounds(X)
+        X = _one_channel(X)
         probe.batch_size_, probe.max_epochs_ = probe._schedule(n_samples)
         classes = getattr(probe, "classes", None)
         n_outputs = len(classes) if classes is not None else (2 if is_classifier(probe) else 1)
@@ -267,6 +326,9 @@ class _DPMomentum(DPSGDEstimator):
                                             image_shape=self.image_shape, **module_kwargs)
         if self.normalize_rows == "rms" and isinstance(self.module, str):  # built-in modules only
             module, module_kwargs = RowRMSNormalized, {"module": module, **module_kwargs}
+        if getattr(self, "bounds_", None) is not None:  # clip to the public box and map it to [-1, 1], first
+            module, module_kwargs = BoxScaled, {"inner": module, "lower": self.bounds_[0],
+                                                "upper": self.bounds_[1], **module_kwargs}
         self.lr_ = self._resolve_lr(module, module_kwargs, n_samples)
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
@@ -343,6 +405,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
         "linear" is the thesis's single-layer network (softmax regression).
         Constructor arguments go in ``module__*`` (e.g. ``module__hidden_sizes=(128,)``).
+    {dp:bounds}
     {dp:epsilon}
     {dp:delta}
     {dp:max_grad_norm}
@@ -390,6 +453,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:schedule_attributes}
     net_ : skdp.nn.DPNet
         The fitted skorch net.
+    bounds_ : (ndarray, ndarray) or None
+        The per-feature public bounds used (``bounds`` resolved), or None.
     n_features_in_ : int
         Features per row (pixels per image for image input).
     input_shape_ : tuple
@@ -419,7 +484,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     _parameter_constraints = {**_DPMomentum._parameter_constraints, "classes": [None, "array-like"],
                               "normalize_rows": [StrOptions({"rms", "none"})]}
 
-    def __init__(self, module="linear", *, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
+    def __init__(self, module="linear", *, bounds=None, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
                  noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
                  ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  classes=None,
@@ -588,6 +653,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     ----------
     module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
         "linear" is linear regression; constructor arguments go in ``module__*``.
+    {dp:bounds}
     loss : {"squared_error", "huber"}, default="squared_error"
         Per-example loss, averaged over the outputs.
     huber_delta : float, default=1.0
@@ -626,6 +692,8 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:schedule_attributes}
     net_ : skdp.nn.DPNet
         The fitted skorch net.
+    bounds_ : (ndarray, ndarray) or None
+        The per-feature public bounds used (``bounds`` resolved), or None.
     n_features_in_ : int
         Features per row (pixels per image for image input).
     input_shape_ : tuple
@@ -657,7 +725,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         "huber_delta": [Interval(numbers.Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, module="linear", *, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
+    def __init__(self, module="linear", *, bounds=None, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
                  batch_size="auto", ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  image_shape=None, ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,

@@ -433,6 +433,44 @@ class RowRMSNormalized(nn.Module):
         return self.inner(X * scale.view((-1,) + (1,) * (X.dim() - 1)).to(X.dtype))
 
 
+class BoxScaled(nn.Module):
+    """``module`` applied to each input row clipped to public bounds and mapped to [-1, 1].
+
+    ``z = 2 (clip(x, lower, upper) - lower) / (upper - lower) - 1`` per
+    feature (a feature with ``upper == lower`` maps to 0). ``lower`` and
+    ``upper`` are public (given before the data are seen), so this is a fixed
+    map of each example on its own: it costs no privacy, it is part of the
+    released model (buffers, not parameters: nothing is trained), and the
+    same map is applied in prediction. It is differentiable inside the box.
+
+    Parameters
+    ----------
+    inner : torch.nn.Module class or instance
+        The network that receives the scaled rows (named ``inner``, not
+        ``module``, so that it can wrap a ``RowRMSNormalized(module=...)``).
+    lower, upper : array-like of shape (n_features,)
+        Public bounds of the flattened row.
+    **kwargs : dict
+        Constructor arguments of ``inner`` when it is a class.
+    """
+
+    def __init__(self, inner, lower, upper, **kwargs):
+        super().__init__()
+        self.inner = inner(**kwargs) if isinstance(inner, type) else inner
+        lower = torch.as_tensor(np.asarray(lower, dtype=np.float32))
+        width = torch.as_tensor(np.asarray(upper, dtype=np.float32)) - lower
+        self.register_buffer("lower", lower)
+        self.register_buffer("width", width)
+
+    def forward(self, X):
+        flat = X.flatten(1).to(self.lower.dtype)
+        upper = self.lower + self.width
+        inside = torch.minimum(torch.maximum(flat, self.lower), upper)
+        # 2 (x - lower) / w - 1 maps [lower, upper] onto [-1, 1]; a zero width gives 0 (the box's centre).
+        z = torch.where(self.width > 0, 2 * (inside - self.lower) / self.width.clamp_min(1e-30) - 1, 0.0)
+        return self.inner(z.view(X.shape))
+
+
 MODULES = {"linear": SoftmaxRegression, "mlp": MLP, "cnn": GroupNormCNN}
 #: The image networks: built from an image shape (given, or read from square flat rows).
 IMAGE_MODULES = (GroupNormCNN, SmallCNN)

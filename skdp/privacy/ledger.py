@@ -663,11 +663,14 @@ class BudgetLedger:
         -------
         frame : pandas.DataFrame
             One row per spend, oldest first, with the columns of
-            :meth:`records`.
+            :meth:`records`; ``time`` as a timezone-aware UTC datetime (the
+            records hold Unix seconds).
         """
         import pandas as pd
 
-        return pd.DataFrame(self.records(), columns=list(RECORD_FIELDS))
+        frame = pd.DataFrame(self.records(), columns=list(RECORD_FIELDS))
+        frame["time"] = pd.to_datetime(frame["time"].astype(float), unit="s", utc=True)
+        return frame
 
     @property
     def entries(self):
@@ -701,13 +704,18 @@ class BudgetLedger:
         epsilon : float
             Epsilon cap minus the epsilon spent, at least 0; ``inf`` under an
             infinite cap.
-        delta : float
-            Delta cap minus the delta spent, at least 0.
+        delta : float or None
+            Delta cap minus the delta spent, at least 0. None when the ledger
+            has no delta cap (``delta=1``, what a ledger opened without one
+            holds): an (epsilon, 1)-guarantee says nothing, so "1 minus the
+            deltas spent" is no budget that a next fit could be given (it would
+            read as room for a delta near 1). Set a delta cap (e.g. ``1e-5``) to
+            have one to report.
         """
         eps, delta = self.total()
         # An infinite cap stays infinite even after an infinite spend (inf - inf is NaN).
-        return tuple(math.inf if math.isinf(cap) else max(cap - spent, 0.0)
-                     for cap, spent in ((self.epsilon, eps), (self.delta, delta)))
+        eps_left = math.inf if math.isinf(self.epsilon) else max(self.epsilon - eps, 0.0)
+        return eps_left, (None if self.delta >= 1.0 else max(self.delta - delta, 0.0))
 
     def _check_records(self, cost, records, caps, settings):
         """Raise ``BudgetExceededError`` if ``cost`` on top of ``records`` passes the caps (the filter's rule)."""

@@ -17,3 +17,49 @@ def progress(message):
         logger.info(message)
     else:
         print(message, file=sys.stdout, flush=True)
+
+
+# A fit or a sampling run says nothing for its first PROGRESS_DELAY seconds, then reports at most every
+# PROGRESS_EVERY seconds: short work stays silent, long work is never silent for long.
+PROGRESS_DELAY = 10.0
+PROGRESS_EVERY = 10.0
+
+
+class ProgressTimer:
+    """Decides when long work reports: after ``PROGRESS_DELAY`` seconds, then every ``PROGRESS_EVERY`` seconds."""
+
+    def __init__(self):
+        import time
+
+        self._clock = time.perf_counter
+        self.start = self._clock()
+        self._last = None
+
+    def report(self, done, total, what, extra=""):
+        """Print ``what: done/total, extra, elapsed, time left`` if it is time to (wall time only)."""
+        now = self._clock()
+        elapsed = now - self.start
+        if elapsed < PROGRESS_DELAY or (self._last is not None and now - self._last < PROGRESS_EVERY):
+            return
+        self._last = now
+        left = elapsed / max(done, 1) * max(total - done, 0)
+        progress(f"{what}: {done}/{total}{extra}, {elapsed:.0f}s so far, about {left:.0f}s left")
+
+
+def progress_callback(owner):
+    """A skorch callback that reports a long fit's epochs (``ProgressTimer``): epoch, epsilon so far, time.
+
+    It prints only released quantities (the epoch, the accountant's epsilon, wall time), never a loss.
+    """
+    from skorch.callbacks import Callback
+
+    class EpochProgress(Callback):
+        def on_train_begin(self, net, **kwargs):
+            self.timer_ = ProgressTimer()
+
+        def on_epoch_end(self, net, **kwargs):
+            epsilon = net.history[-1].get("epsilon", None) if len(net.history) else None
+            extra = "" if epsilon is None else f", training epsilon {epsilon:.3g} so far"
+            self.timer_.report(len(net.history), net.max_epochs, f"{owner} fit, epoch", extra)
+
+    return EpochProgress()
