@@ -71,6 +71,46 @@ def test_one_gaussian_release_of_sensitivity_sqrt_d_per_stage():
     assert first.sum() == pytest.approx(3 * 200)
 
 
+def test_one_stage_with_the_whole_budget_when_refined_bins_would_drown_in_noise():
+    # 300 records over 30 columns at epsilon 0.2: an average refined bin (300 / 8 records) is far below the
+    # two-stage noise (sd ~125), so "auto" makes one release with the whole budget (mu**2 not halved).
+    from skdp.mechanisms import gaussian_dp_mu, quantiles
+
+    rng = np.random.default_rng(0)
+    X = rng.lognormal(3, 0.5, (300, 30))
+    with taps.recording() as rec:
+        DPQuantileScaler(epsilon=0.2).fit(X)
+    assert [r.mechanism for r in rec.releases] == ["gaussian:histograms"]
+    assert quantiles._refine_bins(300, 30, gaussian_dp_mu(0.2, 1e-5), "auto") is None
+    assert quantiles._refine_bins(7500, 3, gaussian_dp_mu(0.2, 1e-5), "auto") == quantiles.REFINE_BINS
+    assert quantiles._refine_bins(300, 30, gaussian_dp_mu(0.2, 1e-5), 8) == 8  # given: kept
+
+
+def test_fallback_seed_finds_records_spread_over_bins_more_often_than_the_largest_bin(monkeypatch):
+    # No bin stands out of the noise alone (200 records in each of 3 bins, noise sd 100, 49 bins: the seed level
+    # is 4.8 sd): the run of up to 3 bins with the largest sum / sqrt(width) finds them more often (0.90 of the
+    # draws here) than the largest bin did (0.78).
+    from skdp.mechanisms import quantiles
+
+    rng = np.random.default_rng(1)  # the test's own draws: no estimator is fitted here
+    edges = [np.arange(50.0)]
+    counts = np.zeros(49)
+    counts[20:23] = 200.0
+
+    def hit_rate():
+        hits = 0
+        for _ in range(600):
+            noisy = [counts + rng.normal(scale=100.0, size=49)]
+            lo, hi = quantiles.quantiles_from_histograms(noisy, edges, (0.5, 0.5), 100.0)[:, 0]
+            hits += 20 <= lo <= 23
+        return hits / 600
+
+    matched = hit_rate()
+    monkeypatch.setattr(quantiles, "FALLBACK_WIDTH", 1)  # the largest bin alone, as before
+    largest = hit_rate()
+    assert matched > largest + 0.06, (matched, largest)
+
+
 def test_outside_the_domain_is_clipped_and_nan_is_skipped():
     X = np.r_[np.full((50, 1), 5.0), [[1e9]], [[np.nan]]]
     edges = [histogram_edges(0, 10, grid="linear", n_bins=10)]

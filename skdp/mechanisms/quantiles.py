@@ -11,10 +11,12 @@ to at most one bin of each of the ``d`` columns, so under add/remove of a record
 by at most ``sqrt(d)`` in L2, and Gaussian noise of std ``sigma`` on every count is
 ``sqrt(d) / sigma``-GDP (Gaussian differential privacy, Dong, Roth & Su 2019). The budget is
 split evenly over the columns: each column's histogram is ``1 / sigma``-GDP and the columns'
-``mu**2`` add up. Two releases are made (:func:`dp_quantiles`): the first on the public grid finds
-each column's span, the second counts on ``REFINE_BINS`` even bins over that span; each gets half
-of ``mu**2``, where ``mu = gaussian_dp_mu(epsilon, delta)``, so the pair is exactly
-(epsilon, delta)-DP.
+``mu**2`` add up. Two releases are made (:func:`dp_quantiles`) when the data can afford them: the
+first on the public grid finds each column's span, the second counts on ``REFINE_BINS`` even bins
+over that span; each gets half of ``mu**2``, where ``mu = gaussian_dp_mu(epsilon, delta)``, so the
+pair is exactly (epsilon, delta)-DP. By default (``refine_bins="auto"``) the second is made only if an
+average refined bin, ``n / REFINE_BINS`` records, stands ``REFINE_MIN_Z`` noise sds out at the
+two-stage noise (a public rule); otherwise one release on the public grid gets the whole ``mu``.
 
 Reading the counts (post-processing, no further privacy cost). Empty bins far from the data (the
 tails of a wide public domain) carry only noise; taken at face value they would drag an upper
@@ -22,8 +24,9 @@ quantile to the end of the domain. So a column's quantiles are read from the bin
 of the noise (hysteresis thresholding): a *seed* is a bin whose noisy count exceeds ``z * sigma``
 with ``z`` the Bonferroni level at which, over all bins of the table, a bin holding nothing
 becomes a seed with probability at most 0.1 %; a seed's run of contiguous bins above ``2 sigma`` is
-kept; with no seed, the bin of the largest noisy count is the seed (first release) or the span of
-the first release is kept (second). On the span from the first to the last kept bin, the kept
+kept; with no seed, the run of 1 to ``FALLBACK_WIDTH`` contiguous bins of the largest noisy sum over
+the square root of its width is the seed (first release) or the span of the first release is kept
+(second). On the span from the first to the last kept bin, the kept
 counts (negatives set to 0) form a CDF; the ``q``-quantile is interpolated linearly inside the bin
 where the CDF crosses ``q``. The result lies in the domain and depends on the data only through
 the noisy counts. Bins holding fewer than about ``2 sigma`` records at the edge of the data are
@@ -43,6 +46,10 @@ LOG_DECADES = 12
 SEED_FALSE_RATE, EXTEND_Z = 1e-3, 2.0
 #: Even bins of the second stage over each column's span (see dp_quantiles).
 REFINE_BINS = 8
+#: "auto" refines only if an average refined bin, n / REFINE_BINS records, stands REFINE_MIN_Z noise sds out.
+REFINE_MIN_Z = 2.0
+#: Widest run of contiguous bins the matched filter tries when no bin stands out alone.
+FALLBACK_WIDTH = 3
 
 
 def histogram_edges(low, high, grid="log", n_bins=24):
@@ -126,13 +133,24 @@ def _seed_level(noisy, sigma):
 def _kept_span(noisy, seed_level, extend_level):
     """``(weights, seeded)``: the bins kept by hysteresis thresholding (zero outside the kept runs).
 
-    With no bin above ``seed_level`` the largest bin is the seed and ``seeded`` is False.
+    With no bin above ``seed_level``, ``seeded`` is False and the seed is the run of 1 to
+    ``FALLBACK_WIDTH`` contiguous bins of the largest noisy sum divided by the square root of its
+    width (a matched filter: a column's records spread over two or three bins add up while the noise
+    grows as the square root of the width; the single largest bin was mostly a noise bin far from the
+    data when each bin's share of a few hundred records is near the noise).
     """
     above = noisy > extend_level
     seeds = np.flatnonzero(noisy > seed_level)
     seeded = len(seeds) > 0
     if not seeded:
-        seeds = np.array([int(np.argmax(noisy))])
+        cumulative = np.concatenate([[0.0], np.cumsum(noisy)])
+        best, run = -np.inf, (0, 1)
+        for width in range(1, min(FALLBACK_WIDTH, len(noisy)) + 1):
+            score = (cumulative[width:] - cumulative[:-width]) / math.sqrt(width)
+            start = int(np.argmax(score))
+            if score[start] > best:
+                best, run = score[start], (start, start + width)
+        seeds = np.arange(*run)
         above = above.copy()
         above[seeds] = True
     keep = np.zeros(len(noisy), dtype=bool)
@@ -185,7 +203,23 @@ def _spans(noisy, edges, sigma):
     return spans
 
 
-def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins=REFINE_BINS):
+def _refine_bins(n_samples, n_features, mu, refine_bins):
+    """Bins of the second stage: ``refine_bins``, or with "auto" REFINE_BINS if it can resolve them, else None.
+
+    A public rule (n, the number of columns and the budget): a second stage halves each stage's
+    ``mu**2``, which pays only if an average refined bin (``n / REFINE_BINS`` records) stands
+    ``REFINE_MIN_Z`` noise sds out; below that (a few hundred records over tens of columns at a small
+    epsilon) one stage on the public grid with the whole budget finds the columns far more often.
+    """
+    if refine_bins != "auto":
+        return refine_bins
+    if math.isinf(mu):
+        return REFINE_BINS
+    sigma_two_stages = math.sqrt(2 * n_features) / mu
+    return REFINE_BINS if n_samples / REFINE_BINS >= REFINE_MIN_Z * sigma_two_stages else None
+
+
+def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins="auto"):
     """Compute (epsilon, delta)-DP quantiles of every column of ``X`` from noisy histograms.
 
     The mechanism and how the quantiles are read are in the module docstring
@@ -213,8 +247,11 @@ def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins=REFINE_BI
         Its delta, in (0, 1).
     rng : numpy.random.Generator
         Fresh and secret noise (``skdp.utils.random.mechanism_rng``).
-    refine_bins : int or None, default=16
+    refine_bins : int, None or "auto", default="auto"
         Even bins of the second stage; None or 0: one stage on ``edges``.
+        "auto": ``REFINE_BINS`` (8) when an average refined bin of
+        ``n_samples / 8`` records stands 2 noise sds out at the two-stage
+        noise, else one stage (a public rule: n, the columns, the budget).
 
     Returns
     -------
@@ -236,8 +273,9 @@ def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins=REFINE_BI
     >>> bool(25 < lo < 45 and 55 < hi < 75)
     True
     """
-    stages = 2 if refine_bins else 1
     mu = math.inf if math.isinf(epsilon) else gaussian_dp_mu(epsilon, delta)
+    refine_bins = _refine_bins(X.shape[0], X.shape[1], mu, refine_bins)
+    stages = 2 if refine_bins else 1
     # Each stage is sqrt(d)/sigma-GDP; the stages' mu**2 add up to mu**2 (rounded up: never below the certified noise).
     sigma = 0.0 if math.isinf(mu) else math.sqrt(stages * X.shape[1]) / mu * (1 + 1e-9)
     noisy = noisy_histograms(X, edges, sigma, rng)
