@@ -8,6 +8,8 @@ message is printed to the current ``sys.stdout``, as ``verbose=1`` promises.
 import logging
 import sys
 
+from skorch.callbacks import Callback
+
 logger = logging.getLogger("skdp")
 
 
@@ -46,20 +48,34 @@ class ProgressTimer:
         progress(f"{what}: {done}/{total}{extra}, {elapsed:.0f}s so far, about {left:.0f}s left")
 
 
-def progress_callback(owner):
-    """A skorch callback that reports a long fit's epochs (``ProgressTimer``): epoch, epsilon so far, time.
+class EpochProgress(Callback):
+    """A skorch callback reporting a long fit's epochs through ``ProgressTimer``.
 
     It prints only released quantities (the epoch, the accountant's epsilon, wall time), never a loss.
+    A module-level class, so that a fitted net holding it pickles.
+
+    Parameters
+    ----------
+    owner : str
+        The estimator named in the lines.
     """
-    from skorch.callbacks import Callback
 
-    class EpochProgress(Callback):
-        def on_train_begin(self, net, **kwargs):
-            self.timer_ = ProgressTimer()
+    def __init__(self, owner):
+        self.owner = owner
 
-        def on_epoch_end(self, net, **kwargs):
-            epsilon = net.history[-1].get("epsilon", None) if len(net.history) else None
-            extra = "" if epsilon is None else f", training epsilon {epsilon:.3g} so far"
-            self.timer_.report(len(net.history), net.max_epochs, f"{owner} fit, epoch", extra)
+    def on_train_begin(self, net, **kwargs):
+        self.timer_ = ProgressTimer()
 
-    return EpochProgress()
+    def on_epoch_end(self, net, **kwargs):
+        epsilon = net.history[-1].get("epsilon", None) if len(net.history) else None
+        extra = "" if epsilon is None else f", training epsilon {epsilon:.3g} so far"
+        self.timer_.report(len(net.history), net.max_epochs, f"{self.owner} fit, epoch", extra)
+
+    def on_train_end(self, net, **kwargs):
+        # Wall-clock state is not part of the fitted model: a neighbour's fit must hold the same.
+        self.__dict__.pop("timer_", None)
+
+
+def progress_callback(owner):
+    """A skorch callback that reports a long fit's epochs (``ProgressTimer``): epoch, epsilon so far, time."""
+    return EpochProgress(owner)
