@@ -162,3 +162,23 @@ def test_bad_augmentation_is_refused_by_name(digits, kwargs, match):
     X, y = digits
     with pytest.raises(ValueError, match=match):
         DPMomentumClassifier(max_epochs=1, classes=range(10), **kwargs).fit(X, y)
+
+
+def test_pge_ema_spends_nothing():
+    from skdp import PGEGenerator
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-1, 1, (120, 3)).astype(np.float32), np.arange(120) % 2
+    fits = [PGEGenerator(epsilon=1.0, ema=ema, bounds=(-1.0, 1.0), classes=[0, 1], max_epochs=2, random_state=0,
+                         verbose=0).fit(X, y) for ema in (None, 0.9)]
+    assert privacy_spent(fits[0]) == privacy_spent(fits[1])
+    assert (fits[0].net_.ema_decay_, fits[1].net_.ema_decay_) == (0.0, 0.9)
+
+
+def test_cnn_takes_the_larger_noise_radius(digits):
+    X, y = digits
+    cnn = DPMomentumClassifier(module="cnn", noise_multiplier=2.0, max_epochs=1, classes=range(10)).fit(X, y)
+    n_params = sum(p.numel() for p in cnn.net_.module_.parameters())
+    expected = _defaults.auto_lr(cnn.batch_size_, cnn.n_steps_, 2.0, n_params, 0.9, 1.0,
+                                 radius=_defaults.NOISE_RADIUS_CNN)
+    assert cnn.lr_ == pytest.approx(expected) and _defaults.NOISE_RADIUS_CNN == 3 * _defaults.NOISE_RADIUS

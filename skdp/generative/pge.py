@@ -93,6 +93,7 @@ class PGEGenerator(DPSGDEstimator):
     lr : float or "auto", default="auto"
         Adam's learning rate (post-processing of the noisy gradients). "auto":
         1e-2 for the Gaussian module, 3e-3 for the networks. In ``lr_``.
+    {dp:ema}
     {dp:max_grad_norm}
     {dp:noise_multiplier}
     {dp:accounting}
@@ -204,6 +205,7 @@ class PGEGenerator(DPSGDEstimator):
         "sigma_min": [Interval(numbers.Real, 0, None, closed="neither")],
         "n_levels": [Interval(numbers.Integral, 1, None, closed="left")],
         "lr": [StrOptions({"auto"}), Interval(numbers.Real, 0, None, closed="neither")],
+        "ema": [None, StrOptions({"auto"}), Interval(numbers.Real, 0, 1, closed="left")],
         "bounds": [None, tuple, list, dict],
         "categories": [None, dict],
         "classes": [None, "array-like"],
@@ -220,7 +222,7 @@ class PGEGenerator(DPSGDEstimator):
 
     def __init__(self, module="auto", *, mechanism="dpsgd", epsilon=1.0, delta=1e-5, k=10, n_projections="auto",
                  residual=True, hidden_size=256, n_blocks=2, sigma_min=0.01, n_levels=10, max_epochs=30,
-                 batch_size="auto", lr="auto", max_grad_norm=1.0, noise_multiplier=None, accounting="rdp",
+                 batch_size="auto", lr="auto", ema=None, max_grad_norm=1.0, noise_multiplier=None, accounting="rdp",
                  bounds=None, categories=None, classes=None, image_shape=None, n_leapfrog=10, n_repeats=5, step_size=None,
                  acceptance="hmc", ledger=None, device="cpu", verbose="auto", random_state=None):
         self._set_init_params(locals())

@@ -316,8 +316,10 @@ class _DPMomentum(DPSGDEstimator):
         n_params = sum(p.numel() for p in net_module.parameters() if p.requires_grad)
         _, n_lots, sigma, _ = plan_dpsgd(n_samples, self.batch_size_, self.max_epochs_, self.epsilon, self.delta,
                                          self.noise_multiplier, self.accounting)
+        # The normalised CNN (weight standardisation + GroupNorm) takes a larger radius (skdp.nn._defaults).
+        radius = _defaults.NOISE_RADIUS_CNN if self.module == "cnn" else _defaults.NOISE_RADIUS
         return _defaults.auto_lr(self.batch_size_, n_lots * self.max_epochs_, sigma, n_params, self.momentum,
-                                 self.max_grad_norm)
+                                 self.max_grad_norm, radius=radius)
 
     def _make_net(self, input_shape, n_samples, n_outputs):
         kwargs = self._net_kwargs()
