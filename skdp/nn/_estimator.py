@@ -58,8 +58,9 @@ DP_PARAMETER_DOCS = {
     "auto_lr": """lr : float or "auto", default={default}
     Learning rate of SGD with momentum (post-processing of the noisy
     gradients). "auto" sets it so that the noise accumulated in the weights
-    over the fit has a fixed norm: ``7 * (1 - momentum) * B / (sigma *
-    max_grad_norm * sqrt(steps * n_params))``, at most 1 (rule and the data
+    over the fit has a fixed norm: ``r * (1 - momentum) * B / (sigma *
+    max_grad_norm * sqrt(steps * n_params))``, at most 1, with r = 7 (21 for
+    ``module="cnn"``) (rule and the data
     that chose it: :mod:`skdp.nn._defaults`). The value used is ``lr_``.""",
     "auto_max_epochs": """max_epochs : int or "auto", default={default}
     Epochs; an epoch is ``round(n_samples / batch_size)`` Poisson lots.
