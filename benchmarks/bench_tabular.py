@@ -294,15 +294,27 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tables", default="breast_cancer,default,credit")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other tables' rows of the committed tabular.csv (and say so in the report)")
     args = parser.parse_args()
     tables = args.tables.split(",")
     frame = run(tables, args.seeds)
     from _common import RESULTS
 
     RESULTS.mkdir(parents=True, exist_ok=True)
+    note = ""
+    if args.merge and (RESULTS / "tabular.csv").exists():
+        old = pd.read_csv(RESULTS / "tabular.csv")
+        kept = [t for t in old.table.unique() if t not in tables]
+        frame = pd.concat([old[old.table.isin(kept)], frame], ignore_index=True)
+        if kept:
+            note = (f"Rerun on {time.strftime('%Y-%m-%d')}: {', '.join(tables)}. Kept from the previous run "
+                    f"(an earlier commit; `git log benchmarks/results/tabular.csv`): {', '.join(kept)}.\n")
+        tables = [t for t in old.table.unique() if t in kept or t in tables] + [
+            t for t in tables if t not in set(old.table.unique())]
     frame.to_csv(RESULTS / "tabular.csv", index=False)
     plot(frame, tables, RESULTS / "tabular.png")
-    write_result("tabular.md", report(frame, args.seeds, tables))
+    write_result("tabular.md", report(frame, args.seeds, tables).replace("\n\n## ", "\n\n" + note + "\n## ", 1))
 
 
 if __name__ == "__main__":
