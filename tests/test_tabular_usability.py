@@ -33,6 +33,7 @@ def _public_bounds(X):
 
 
 # -- DPMomentumClassifier(bounds=...) ------------------------------------------------------------------------
+@pytest.mark.slow  # training quality (17 s); the map itself is checked in the default set below
 def test_bounds_clip_and_scale_raw_features_to_a_good_model(cancer):
     X_tr, X_te, y_tr, y_te = cancer
     lower, upper = _public_bounds(X_tr)
