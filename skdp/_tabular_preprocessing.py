@@ -19,6 +19,7 @@ from .exceptions import warn_privacy
 from .mechanisms.quantiles import dp_quantiles, histogram_edges
 from .privacy.ledger import charge
 from .privacy.report import set_privacy_attributes
+from .utils.bounds import bounds_by_name
 from .utils.random import mechanism_rng
 from .utils.validation import PRIVACY_CONSTRAINTS, set_init_params, warn_if_delta_too_large
 
@@ -47,16 +48,8 @@ class _DPQuantileStep(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         """Per-column ``(low, high)`` arrays from ``domain``: a pair (of scalars or arrays) or a dict by column."""
         owner = type(self).__name__
         domain = self.domain
-        if isinstance(domain, dict):
-            names = getattr(self, "feature_names_in_", None)
-            if names is None:
-                raise ValueError(f"{owner}: domain is a dict by column name but X has no column names; pass a "
-                                 "DataFrame or a pair (low, high).")
-            missing = [name for name in names if name not in domain]
-            if missing:
-                raise ValueError(f"{owner}: domain has no public range for columns {missing[:5]}; add them "
-                                 "(e.g. domain={..., " + repr(missing[0]) + ": (0, 1e6)}).")
-            domain = tuple(np.array([domain[name][k] for name in names], dtype=float) for k in (0, 1))
+        if isinstance(domain, dict):  # by column name: the one home of ranges by name
+            domain = bounds_by_name(domain, getattr(self, "feature_names_in_", None), owner, param="domain")
         try:
             low, high = domain
             low = np.broadcast_to(np.asarray(low, dtype=float), (n_features,)).copy()
