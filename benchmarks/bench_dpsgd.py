@@ -1,7 +1,11 @@
 """Cost of one DP-SGD step against a non-private step (and Opacus when installed).
 
-Models: MLP 784-256-10 and a small CNN on 28x28 inputs; batch 256; CPU by default,
-``--device cuda`` on a GPU (results then go to ``dpsgd_speed_cuda.md``, with the GPU's name).
+Models (issue 29): MLP 784-256-10, SmallCNN (2 conv 3x3, 28x28), a LeNet-style CNN (5x5 kernels,
+max pooling) and a small GroupNorm ResNet block; batch 256; at 1 and 2 torch threads (``--threads``);
+CPU by default, ``--device cuda`` on a GPU (results then go to ``dpsgd_speed_cuda.md``, with the GPU's name).
+Beside each step's median time, its peak memory: the most bytes allocated at once during one step
+beyond what was allocated before it (torch.profiler's memory events on CPU, ``max_memory_allocated``
+on a GPU). ``--breakdown``: where skdp's MLP step spends its time, phase by phase.
 Each variant runs a forward, backward (per-example clipping + noise for DP)
 and an SGD-with-momentum step; we report the median time over rounds, with
 the variants interleaved in each round so machine noise hits all alike, and
@@ -14,7 +18,8 @@ nn.MultiheadAttention); skdp runs ``skdp.nn.fix_module`` of it (DPLSTM, DPMultih
 on the hooks; Opacus runs its own drop-ins (``opacus.layers.DPLSTM``, ``ModuleValidator.fix``).
 No torch.func row for these: per-example gradients of the whole model are far slower.
 
-Run: python benchmarks/bench_dpsgd.py [--rounds 30] [--device cuda] [--models mlp,cnn,transformer,lstm,encoder]
+Run: python benchmarks/bench_dpsgd.py [--rounds 30] [--threads 1,2] [--device cuda] [--vmap] [--breakdown]
+                                     [--models mlp,cnn,lenet,resnet_gn,transformer,lstm,encoder]
 """
 import argparse
 import os
@@ -45,6 +50,34 @@ def mlp():
 
 def cnn():
     return SmallCNN(n_classes=10, image_shape=(28, 28), activation="relu")
+
+
+def lenet():
+    """LeNet-style: conv 5x5 (6) - ReLU - maxpool 2 - conv 5x5 (16) - ReLU - maxpool 2 - 256-120-84-10."""
+    return nn.Sequential(nn.Conv2d(1, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(256, 120), nn.ReLU(), nn.Linear(120, 84),
+                         nn.ReLU(), nn.Linear(84, 10))
+
+
+class ResNetGN(nn.Module):
+    """A small GroupNorm ResNet: stem conv 3x3 stride 2 (16 ch, 14x14), one residual block of two
+    conv 3x3 + GroupNorm(4, 16), global average pooling, linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 16, 3, stride=2, padding=1), nn.GroupNorm(4, 16), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.ReLU(),
+                                   nn.Conv2d(16, 16, 3, padding=1), nn.GroupNorm(4, 16))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, X):
+        h = self.stem(X)
+        h = torch.relu(h + self.block(h))
+        return self.head(h.mean((2, 3)))
+
+
+def resnet_gn():
+    return ResNetGN()
 
 
 class RowTransformer(nn.Module):
@@ -123,9 +156,10 @@ def nonprivate_step(model, opt, X, y):
     opt.step()
 
 
-def make_skdp_step(model, opt, clipping):
+def make_skdp_step(model, opt, clipping, noise_ahead=True):
     engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=B,
                          generator=torch.Generator(DEVICE).manual_seed(0), clipping=clipping)
+    engine.draw_noise_ahead = noise_ahead
 
     def step(X, y):
         opt.zero_grad()
@@ -164,7 +198,33 @@ def make_opacus_step(build, mode, shape=(1, 28, 28)):
     return step
 
 
-def bench(name, build, rounds, shape=(1, 28, 28), dp_build=None, opacus_build=None, vmap=True):
+def peak_memory(fn, X, y):
+    """The largest rise of allocated bytes during one call of ``fn(X, y)`` (MB).
+
+    CPU: torch.profiler's memory events of every thread (the helper thread's noise draws included), in
+    time order; the rise is measured from the lowest point before the peak, so gradients freed by the
+    step's ``zero_grad`` and allocated again count once. GPU: ``max_memory_allocated`` over the step
+    minus the memory allocated before it.
+    """
+    if DEVICE.type == "cuda":
+        sync()
+        torch.cuda.reset_peak_memory_stats(DEVICE)
+        before = torch.cuda.memory_allocated(DEVICE)
+        fn(X, y)
+        sync()
+        return (torch.cuda.max_memory_allocated(DEVICE) - before) / 1e6
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn(X, y)
+    low = cur = rise = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        cur += event.self_cpu_memory_usage
+        low = min(low, cur)
+        rise = max(rise, cur - low)
+    return rise / 1e6
+
+
+def bench(name, build, rounds, shape=(1, 28, 28), dp_build=None, opacus_build=None, vmap=True, memory=True):
     """Rows of one model. ``dp_build``: the model skdp trains (default ``build``); ``opacus_build``: Opacus's."""
     torch.manual_seed(0)  # benchmark-only inputs; the library itself never seeds globally
     X, y = torch.randn(B, *shape, device=DEVICE), torch.randint(0, 10, (B,), device=DEVICE)
@@ -176,6 +236,10 @@ def bench(name, build, rounds, shape=(1, 28, 28), dp_build=None, opacus_build=No
         m = (dp_build or build)().to(DEVICE)
         variants[f"skdp ({'ghost/mixed' if clipping == 'auto' else 'torch.func'})"] = \
             make_skdp_step(m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), clipping)
+    if DEVICE.type == "cpu":  # the same step with each lot's noise drawn at its step (no helper thread)
+        m = (dp_build or build)().to(DEVICE)
+        variants["skdp (ghost/mixed), noise at the step"] = \
+            make_skdp_step(m, torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), "auto", noise_ahead=False)
     failed = []
     for mode in ("hooks", "ghost"):
         try:
@@ -187,7 +251,7 @@ def bench(name, build, rounds, shape=(1, 28, 28), dp_build=None, opacus_build=No
         except ImportError:
             pass
         except Exception as exc:  # noqa: BLE001 - reported in the table
-            failed.append((name, f"opacus 1.6 {mode}", f"fails: {type(exc).__name__}", ""))
+            failed.append((name, f"opacus 1.6 {mode}", f"fails: {type(exc).__name__}", "", ""))
     times = {k: [] for k in variants}
     for _ in range(3):  # warm-up
         for fn in variants.values():
@@ -199,14 +263,21 @@ def bench(name, build, rounds, shape=(1, 28, 28), dp_build=None, opacus_build=No
             fn(X, y)
             sync()
             times[k].append(time.perf_counter() - t)
+    mem = {}
+    if memory:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mem = {k: peak_memory(fn, X, y) for k, fn in variants.items()}
     base_t = statistics.median(times["non-private"])
-    return [(name, k, f"{statistics.median(v) * 1e3:.2f}", f"{statistics.median(v) / base_t:.2f}x")
-            for k, v in times.items()] + failed
+    return [(name, k, f"{statistics.median(v) * 1e3:.2f}", f"{statistics.median(v) / base_t:.2f}x",
+             f"{mem[k]:.1f}" if k in mem else "") for k, v in times.items()] + failed
 
 
 MODELS = {
     "mlp": ("MLP 784-256-10", dict(build=mlp)),
-    "cnn": ("CNN (2 conv, 28x28)", dict(build=cnn)),
+    "cnn": ("SmallCNN (2 conv 3x3, 28x28)", dict(build=cnn)),
+    "lenet": ("LeNet-5x5 (2 conv 5x5, max pool)", dict(build=lenet)),
+    "resnet_gn": ("GroupNorm ResNet block (16 ch, 14x14)", dict(build=resnet_gn)),
     "transformer": ("Transformer (2 layers, d 128, 4 heads, 28 rows)", dict(build=transformer)),
 }
 SEQUENCE_MODELS = {
@@ -218,7 +289,81 @@ SEQUENCE_MODELS = {
 }
 
 
-def plot_ratios(rows, path):
+def breakdown(rounds):
+    """Where skdp's MLP step spends its time: median ms per phase over ``rounds`` steps (wrapped timers)."""
+    import skdp.engine.dpsgd as dpsgd
+    import skdp.engine.hooks as hooks
+
+    torch.manual_seed(0)
+    X, y = torch.randn(B, 1, 28, 28, device=DEVICE), torch.randint(0, 10, (B,), device=DEVICE)
+    base = mlp().to(DEVICE)
+    base_opt = torch.optim.SGD(base.parameters(), lr=0.1, momentum=0.9)
+    model = mlp().to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=B,
+                         generator=torch.Generator(DEVICE).manual_seed(0))
+    acc = {}
+
+    def timed(label, fn):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            acc[label] = acc.get(label, 0.0) + time.perf_counter() - t
+            return out
+        return wrapper
+
+    patches = [(dpsgd, name, timed("guards (fingerprints, module state)", getattr(dpsgd, name)))
+               for name in ("parameter_versions", "buffer_versions", "module_state")]
+    patches += [(dpsgd.DPSGDEngine, "_check_unchanged", timed("guards (fingerprints, module state)",
+                                                              dpsgd.DPSGDEngine._check_unchanged)),
+                (dpsgd.DPSGDEngine, "_noise", timed("noise (wait for the draw ahead, or draw)",
+                                                    dpsgd.DPSGDEngine._noise)),
+                (hooks.HookClipper, "_forward", timed("forward + loss (hooks record a, out)",
+                                                      hooks.HookClipper._forward)),
+                (hooks, "_apply_rules", timed("per-example norms (rules)", hooks._apply_rules)),
+                (torch.autograd, "grad", timed("backward to the layer outputs", torch.autograd.grad)),
+                (dpsgd.DPSGDEngine, "_clipped_sum", timed("clipped_sum", dpsgd.DPSGDEngine._clipped_sum))]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    steps, plain = [], []
+    try:
+        for obj, name, fn in patches:
+            setattr(obj, name, fn)
+        for i in range(rounds + 5):
+            t = time.perf_counter()
+            nonprivate_step(base, base_opt, X, y)
+            sync()
+            t_plain = time.perf_counter() - t
+            acc.clear()
+            t = time.perf_counter()
+            opt.zero_grad()
+            engine.private_gradients(loss_fn, (X, y))
+            t_private = time.perf_counter() - t
+            opt.step()
+            sync()
+            total = time.perf_counter() - t
+            if i >= 5:
+                plain.append(t_plain)
+                clipped = acc.pop("clipped_sum", 0.0)
+                phases = dict(acc)
+                noise = phases.get("noise (wait for the draw ahead, or draw)", 0.0)
+                inside = sum(v for k, v in phases.items() if not k.startswith("noise"))  # all run in clipped_sum
+                phases["clipping factors + clipped sums (rest of clipped_sum)"] = clipped - inside
+                phases["add noise to the sum, taps, rest"] = t_private - clipped - noise
+                phases["optimizer step"] = total - t_private
+                phases["total DP step"] = total
+                steps.append(phases)
+    finally:
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
+        engine.close()
+    base_t = statistics.median(plain)
+    labels = list(dict.fromkeys(k for st in steps for k in st))
+    return [(k, f"{statistics.median([st.get(k, 0.0) for st in steps]) * 1e3:.3f}",
+             f"{statistics.median([st.get(k, 0.0) for st in steps]) / base_t:.2f}x") for k in labels] + \
+        [("non-private step", f"{base_t * 1e3:.3f}", "1.00x")]
+
+
+def plot_ratios(rows, path, target=2.5):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -229,9 +374,10 @@ def plot_ratios(rows, path):
     for j, step in enumerate(steps):
         vals = [next((float(r[3][:-1]) for r in rows if r[0] == m and r[1] == step and r[3]), 0.0) for m in models]
         ax.bar([i + j * width for i in range(len(models))], vals, width, label=step)
-    ax.axhline(2.5, color="k", ls="--", lw=0.8, label="target 2.5x")
+    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target}x")
     ax.set_xticks([i + width * (len(steps) - 1) / 2 for i in range(len(models))])
-    ax.set_xticklabels([m.split(" (")[0] for m in models])
+    ax.set_xticklabels([m.split(" (")[0].split(" @")[0] + ("\n@" + m.split(" @")[-1] if " @" in m else "")
+                        for m in models], fontsize=7)
     ax.set_ylabel("DP step / non-private step")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -243,7 +389,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--models", default=",".join([*MODELS, *SEQUENCE_MODELS]),
+    parser.add_argument("--threads", default="1,2", help="comma-separated torch thread counts (CPU)")
+    parser.add_argument("--vmap", action="store_true", help="add the torch.func (vmap) rows (slow on the MLP)")
+    parser.add_argument("--breakdown", action="store_true", help="the MLP step's phases, at each thread count")
+    parser.add_argument("--note", default="", help="a line on the machine's load, written under the table")
+    parser.add_argument("--models", default=",".join(["mlp", "cnn", "lenet", "resnet_gn"]),
                         help="comma-separated subset of " + ", ".join([*MODELS, *SEQUENCE_MODELS]))
     args = parser.parse_args()
     global DEVICE
@@ -251,18 +401,40 @@ def main():
     chosen = args.models.split(",")
     suffix = "_cuda" if DEVICE.type == "cuda" else ""
     where = f"GPU: {torch.cuda.get_device_name(DEVICE)}" if DEVICE.type == "cuda" else "CPU"
-    header = ["model", "step", "median ms", "vs non-private"]
-    rows = [r for key, (name, kw) in MODELS.items() if key in chosen for r in bench(name, rounds=args.rounds, **kw)]
+    threads = [torch.get_num_threads()] if DEVICE.type == "cuda" else [int(t) for t in args.threads.split(",")]
+    header = ["model", "step", "median ms", "vs non-private", "peak MB"]
+    load_before = os.getloadavg()
+    rows, phases = [], []
+    for t in threads:
+        torch.set_num_threads(t)
+        if args.breakdown:
+            phases += [(t, *r) for r in breakdown(args.rounds * 3)]
+        rows += [(r[0], t, *r[1:]) for key, (name, kw) in MODELS.items() if key in chosen
+                 for r in bench(name, rounds=args.rounds, **{**kw, "vmap": kw.get("vmap", True) and args.vmap})]
+    load_after = os.getloadavg()
     if rows:
-        table = markdown_table(header, rows)
+        table = markdown_table(["model", "threads", *header[1:]], rows)
         if DEVICE.type == "cuda":
-            targets = ("Targets on a GPU (issue 16): skdp <= 1.3x non-private for the MLP and the CNN, faster than "
+            targets = ("Targets on a GPU (issue 29): skdp <= 1.3x non-private for the MLP and the CNN, faster than "
                        "Opacus ghost.")
         else:
-            targets = "Targets: skdp <= 1.5x non-private for the MLP, <= 2x for the CNN."
-        text = f"# DP-SGD step cost (batch {B}, {where})\n\n{environment()}\n\n{table}\n\n{targets}\n"
+            targets = ("Targets (issue 29, CPU): skdp <= 1.2x non-private for the MLP and SmallCNN at 1 and 2 "
+                       "threads, <= 1.3x for LeNet-5x5; every skdp row faster than Opacus ghost.")
+        load = (f"Load average (1, 5, 15 min) before the run {', '.join(f'{v:.2f}' for v in load_before)}, after "
+                f"{', '.join(f'{v:.2f}' for v in load_after)} ({os.cpu_count()} cores). {args.note}")
+        text = (f"# DP-SGD step cost (batch {B}, {where})\n\n{environment()}; {args.rounds} interleaved rounds "
+                f"per thread count, medians\n\n{load}\n\n{table}\n\n{targets}\n\n"
+                "Peak MB: the largest rise of allocated memory during one step (parameters, momentum and "
+                "inputs allocated before it are not counted). skdp draws the next lot's noise on a helper "
+                "thread while the lot computes (`DPSGDEngine.draw_noise_ahead`): its time is off the critical "
+                "path when a core is free for it, and the noise is counted in the step's memory.\n")
+        if phases:
+            text += ("\n## Where skdp's MLP step spends its time (median ms per phase, wrapped timers)\n\n"
+                     + markdown_table(["threads", "phase", "median ms", "vs non-private step"], phases) + "\n")
         print(text)
         write_result(f"dpsgd_speed{suffix}.md", text)
+        plot_ratios([(f"{r[0]} @{r[1]} thread{'s' if r[1] > 1 else ''}", *r[2:]) for r in rows],
+                    RESULTS / f"dpsgd_speed{suffix}.png", target=1.2)
     rows = [r for key, (name, kw) in SEQUENCE_MODELS.items() if key in chosen
             for r in bench(name, rounds=args.rounds, **kw)]
     if rows:
