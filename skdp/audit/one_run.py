@@ -24,6 +24,14 @@ Canaries:
   is Poisson-sampled into, like a record. Its score is how far the trained
   weights moved against that gradient along its coordinate. The fit is
   never certified (it trained on records that are not the user's).
+  What it audits is everything after the clipped sum: the noise and its
+  scale, the sampling, the number of steps and the accountant. The
+  canaries do not pass through the per-example gradients and the clipper
+  (a clipper that let a record move the sum by 4 C goes unseen): those are
+  audited by the replay of the sensitivity harness
+  (:func:`skdp.utils.taps.replaying`, ``tests/test_sensitivity_harness.py``)
+  and by input canaries. DP-SGD fits on post-processed data (the classifier
+  of :class:`~skdp.generative.TrainOnSynthetic`) get no canaries.
 
 Guess counts: each candidate count k (by default ``m / 10`` and ``m``) is
 tried at level ``(1 - confidence) / (number of counts)`` (Bonferroni), so
@@ -566,6 +574,7 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
         if not (isinstance(m, numbers.Integral) and not isinstance(m, bool) and m >= 1):
             raise ValueError(f"n_canaries must be an int >= 1, got {n_canaries!r}.")
         counts = _guess_counts(n_guesses, m)  # refused before the fit
+        _check_one_process(estimator)
         included = rng.random(m) < 0.5
         fitted, scores = fit_with_gradient_canaries(estimator, X, y, included)
     else:
@@ -591,6 +600,16 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
     (bound, k, correct), mu = one_run_bounds(scores, included, counts, delta, confidence, rng)
     return AuditResult(bound, claimed, m, k, correct, confidence, delta, scores, included, mu,
                        gaussian_dp_epsilon(mu, delta) if delta > 0 else (math.inf if mu > 0 else 0.0), canaries)
+
+
+def _check_one_process(estimator):
+    """Refuse parallel jobs before the fit: the canaries live in this process's tap, workers never see them."""
+    jobs = {k: v for k, v in estimator.get_params(deep=True).items()
+            if k.split("__")[-1] == "n_jobs" and v not in (None, 1)}
+    if jobs:
+        key, value = next(iter(jobs.items()))
+        raise ValueError(f"canaries='gradient' runs the fit in this process only, but {key}={value!r}: the "
+                         f"canaries would not reach the fits of other workers. Set {key}=1 for the audit.")
 
 
 def _claimed_privacy(fitted):

@@ -677,6 +677,8 @@ class DPNet(NeuralNet):
             # trainable parameters is switched to train mode by every step, so it is checked in train mode.
             self._set_training(True)
             engines = self.initialize_engines(sigma, sample_rate * n_samples)
+            for name in engines:  # an audit that cannot run is refused before the charge (skdp.utils.taps)
+                taps.engine_planned(getattr(self, name).params)
             self.check_training_forward(X, y)
             if self.ledger is not None:
                 spend_delta = 0.0 if math.isinf(projected) else self.delta

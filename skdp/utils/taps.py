@@ -184,16 +184,20 @@ class _GradientCanaries:
         self.lots += 1
         self.in_lot = self.included & (self.rng.random(len(self.included)) < sample_rate)
 
+    def check_engine(self, params):
+        """Refuse an engine with fewer trainable coordinates than canaries (called before any charge)."""
+        size, m = sum(p.numel() for p in params), len(self.included)
+        if m > size:
+            raise ValueError(f"n_canaries={m} gradient canaries need {m} distinct coordinates, but a network "
+                             f"trained here has {int(size)} trainable parameters; use n_canaries <= {int(size)}.")
+
     def _engine(self, params, clipped):
         for entry in self.engines:
             if len(entry["params"]) == len(params) and all(a is b for a, b in zip(entry["params"], params)):
                 return entry
+        self.check_engine(params)
         sizes = np.array([p.numel() for p in params])
         m = len(self.included)
-        if m > sizes.sum():
-            raise ValueError(f"n_canaries={m} gradient canaries need {m} distinct coordinates, but a network "
-                             f"trained here has {int(sizes.sum())} trainable parameters; use n_canaries <= "
-                             f"{int(sizes.sum())}.")
         # The coordinates where the records' clipped gradient on this first lot is smallest (ties at random):
         # there the data least masks a canary (a weight of an input that is always 0 is never moved by the
         # data). The choice depends on the records and the lot, never on which canaries are included.
@@ -220,6 +224,36 @@ class _GradientCanaries:
             g.index_add_(0, offsets, torch.full((len(offsets),), float(max_grad_norm), dtype=g.dtype, device=g.device))
             clipped[j] = g.reshape(clipped[j].shape)
         return clipped
+
+
+def engine_planned(params):
+    """Called by a DP-SGD fit with each engine's trainable parameters before it charges anything.
+
+    Outside an audit it does nothing; under :func:`gradient_canaries` it refuses an engine with fewer
+    coordinates than canaries, so that a refused audit spends no budget.
+    """
+    mode = _MODE.get()
+    if mode is not None and hasattr(mode, "check_engine"):
+        mode.check_engine(list(params))
+
+
+@contextlib.contextmanager
+def post_processing():
+    """Context for fits that see no private record (a classifier trained on synthetic data): no canaries.
+
+    Gradient canaries stand for private records; a DP-SGD fit on post-processed data must not receive
+    them (it would be audited against a claim it is not part of). An outer tap (noise off, scaled noise)
+    still applies inside; outside an audit this is the identity.
+    """
+    mode = _MODE.get()
+    if isinstance(mode, _GradientCanaries):
+        token = _MODE.set(mode.outer)
+        try:
+            yield
+        finally:
+            _MODE.reset(token)
+    else:
+        yield
 
 
 def release(mechanism, value, sensitivity, norm="l2", adjacency="add/remove"):
