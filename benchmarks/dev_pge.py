@@ -24,7 +24,7 @@ GAUSSIAN = {
     "ema auto": {"ema": "auto"},
     "ema auto, 60 epochs": {"ema": "auto", "max_epochs": 60},
 }
-NEURAL = {"mlp (neural score network)": {"module": "mlp"}, "mlp, ema auto": {"module": "mlp", "ema": "auto"}}
+NEURAL = {"mlp (the neural score network, module='mlp')": {"module": "mlp"}}
 
 
 def run(name, params, eps, seed):
