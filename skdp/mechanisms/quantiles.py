@@ -274,7 +274,9 @@ def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins="auto"):
     True
     """
     mu = math.inf if math.isinf(epsilon) else gaussian_dp_mu(epsilon, delta)
-    refine_bins = _refine_bins(X.shape[0], X.shape[1], mu, refine_bins)
+    # The number of records is public (skdp's assumption), read through the tap so that an audit's replay
+    # pins it to the recorded one and both neighbours run the same stages.
+    refine_bins = _refine_bins(taps.public_count("n_samples", X.shape[0]), X.shape[1], mu, refine_bins)
     stages = 2 if refine_bins else 1
     # Each stage is sqrt(d)/sigma-GDP; the stages' mu**2 add up to mu**2 (rounded up: never below the certified noise).
     sigma = 0.0 if math.isinf(mu) else math.sqrt(stages * X.shape[1]) / mu * (1 + 1e-9)

@@ -79,26 +79,29 @@ DP_PARAMETER_DOCS["bounds"] = """bounds : None, (lower, upper) or dict, default=
 
 
 def _scale_hint(X, owner):
-    """Tell the curator (UserWarning) that the features are far from unit scale and no bounds were given.
+    """Tell the curator, on the ``"skdp"`` logger, that features are far from unit scale and bounds=None.
 
-    This reads the private rows, for a message to whoever runs ``fit`` (who holds the data anyway); the
-    released model does not depend on it. It says one bit about the data (far from unit scale or not) to
-    anyone who sees the warning, so it names no value. Skipped for streamed data (it would be another pass).
+    This reads the private rows for a message to whoever runs ``fit`` (who holds the data anyway), so it
+    is not a warning: warnings are part of what skdp hands back (``PrivateSearchCV`` re-emits its trials'),
+    and must be the same on neighbouring data (one record of 150 among unit-scale rows turned a warning on;
+    ``tests/test_review_session32.py``). The log record (a WARNING of logger ``"skdp"``, printed to stderr
+    when logging is not configured) is the curator's console, like progress and wall time; the released
+    model does not depend on it. Skipped for streamed data (it would be another pass).
     """
     if not isinstance(X, np.ndarray) or X.size == 0 or not np.issubdtype(X.dtype, np.floating):
         return
     largest = np.abs(X.reshape(len(X), -1)).max(axis=0)
     largest = largest[largest > 0]
     if largest.size and (largest.max() > SCALE_HINT or largest.max() > SCALE_HINT * largest.min()):
-        import warnings
+        from ..utils.log import logger
 
-        warnings.warn(
+        logger.warning(
             f"{owner}: some features are far from unit scale (a magnitude over {SCALE_HINT:g}, or magnitudes "
             f"spread over more than a factor {SCALE_HINT:g}) and bounds=None. DP-SGD clips every gradient, so "
             "such features train poorly. Pass public bounds (bounds=(lower, upper), per-feature arrays, or "
             "{column: (lower, upper)}), or scale by a public range first (skdp.preprocessing.DPQuantileScaler "
-            "pays for a private one). This check reads the data for this message only; the model does not "
-            "depend on it.", UserWarning, stacklevel=4)
+            "pays for a private one). This check reads the data for the curator's console only (a log "
+            "record, not a warning); the model does not depend on it.")
 
 
 def _one_channel(X):
