@@ -108,3 +108,29 @@ def test_dp_quantiles_read_the_number_of_records_through_the_tap():
         with insecure_noise_seed(0), taps.replaying(recorder.releases) as replay:
             DPQuantileScaler(epsilon=epsilon, delta=delta, domain=(-10, 10)).fit(X2)
     assert replay.position == len(recorder.releases)
+
+
+@pytest.mark.parametrize("case", ["float64 swap", "float32 odd swap", "uint8 128 counts", "float32 tiny signs",
+                                  "float64 bit 62"])
+def test_the_guard_fingerprint_sees_top_bit_moves(case):
+    # Final read (/work/review_final32): with odd weights modulo 2^64, the weighted sum saw bit 63 of a word only
+    # through parity, so any even number of sign-bit flips (an x <-> -x swap) kept every checksum; a bit-62 move
+    # was missed half the time.
+    tensors = {
+        "float64 swap": (torch.tensor([3.0, 1.0, -3.0, 7.0], dtype=torch.float64), [-3.0, 1.0, 3.0, 7.0]),
+        "float32 odd swap": (torch.tensor([0.0, 5.0, 2.0, -5.0]), [0.0, -5.0, 2.0, 5.0]),
+        "uint8 128 counts": (torch.tensor([0] * 7 + [200] + [0] * 7 + [10], dtype=torch.uint8),
+                             [0] * 7 + [72] + [0] * 7 + [138]),
+        "float32 tiny signs": (torch.tensor([1.0, 1e-30, 1.0, 3e-31]), [1.0, -1e-30, 1.0, -3e-31]),
+        "float64 bit 62": (torch.tensor([2.0 ** -1000, 1.0, 2.0 ** 24, 1.0], dtype=torch.float64),
+                           [2.0 ** 24, 1.0, 2.0 ** -1000, 1.0]),
+    }
+    t, after = tensors[case]
+    before = validators._fingerprints([t])
+    t.data.copy_(torch.tensor(after, dtype=t.dtype))
+    assert validators._fingerprints([t]) != before
+
+
+def test_the_guard_takes_sparse_buffers():
+    t = torch.tensor([[0.0, 1.0], [2.0, 0.0]]).to_sparse()
+    assert validators._fingerprints([t]) == validators._fingerprints([t])

@@ -197,22 +197,25 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _WEIGHTS = {}
 
 
-def _weighted_sum(words):
-    """``sum_i w_i * words_i`` modulo 2^64, with fixed pseudo-random odd weights ``w_i`` (a position-weighted sum).
+def _weighted_sum(halves):
+    """``sum_i w_i * halves_i`` modulo 2^64: fixed pseudo-random odd int64 weights, one per integer of at most
+    32 bits (``halves``: the tensor's bits as int32, int16 or uint8), widened to int64 in the product.
 
     The plain sums are linear and blind to position: a unit moved from one element to another (one ulp, one
-    count between bins, two values swapped) keeps both. With a distinct random weight per position such a
-    move changes this sum by ``(w_i - w_j) * u``, zero only by a 2^-64 coincidence. The weights are not
-    secret (this guards against modules that write by accident or naively, not against code that reads the
-    engine), and the product goes to a cached scratch tensor (no allocation per lot).
+    count between bins, two values swapped) keeps both. Here a move of ``u`` (``|u| < 2^32``) at position i
+    changes the sum by ``w_i * u``, never 0 modulo 2^64 for an odd ``w_i``; moves at several positions cancel
+    only by a ~2^-64 coincidence of the random weights. (Weighting whole 64-bit words instead saw their top
+    bit only through parity: an even number of sign-bit flips, an x <-> -x swap, kept every checksum; final
+    review of 2026-11-25.) The weights are not secret (this guards against modules that write by accident or
+    naively, not against code that reads the engine), and the product goes to a cached scratch tensor.
     """
-    key = (words.device, words.numel(), threading.get_ident())  # a scratch per thread: engines may step at once
+    key = (halves.device, halves.numel(), threading.get_ident())  # a scratch per thread: engines may step at once
     if key not in _WEIGHTS:
         gen = torch.Generator().manual_seed(0x5EED)
-        weights = torch.randint(-2 ** 62, 2 ** 62, (words.numel(),), generator=gen, dtype=torch.int64) * 2 + 1
-        _WEIGHTS[key] = (weights.to(words.device), torch.empty_like(weights, device=words.device))
+        weights = torch.randint(-2 ** 62, 2 ** 62, (halves.numel(),), generator=gen, dtype=torch.int64) * 2 + 1
+        _WEIGHTS[key] = (weights.to(halves.device), torch.empty_like(weights, device=halves.device))
     weights, scratch = _WEIGHTS[key]
-    return torch.mul(words, weights, out=scratch).sum(dtype=torch.int64)
+    return torch.mul(halves, weights, out=scratch).sum(dtype=torch.int64)
 
 
 def _checksums(t):
@@ -220,24 +223,27 @@ def _checksums(t):
     and a position-weighted sum of the words (``_weighted_sum``).
 
     The bit sum is exact modular integer arithmetic (deterministic at any thread count; any single word
-    written changes it); the sum of the values catches writes that keep it; the weighted sum catches moves
-    between positions that keep both (r02 of 2026-11-25: one ulp moved inside a buffer, one count moved
-    between bins). None allocates a copy of ``t`` per call (the earlier ``t.double().square().sum()`` did,
+    written changes it); the sum of the values catches writes that keep it; the weighted sum of the 32-bit
+    halves catches moves between positions that keep both (r02 of 2026-11-25: one ulp moved inside a buffer,
+    one count moved between bins; and an x <-> -x swap, final review). None allocates a copy of ``t`` per call (the earlier ``t.double().square().sum()`` did,
     twice per lot: 1.6 MB per 200k-weight layer, 0.4 to 50 ms per lot on a busy 2-core machine).
     """
     d = t.detach()
+    if d.layout != torch.strided:  # sparse: its dense values (rare; a copy)
+        d = d.to_dense()
     bits = _BITS.get(d.element_size())
-    if d.layout != torch.strided or d.device.type == "meta" or bits is None or d.is_complex():
+    if d.device.type == "meta" or bits is None or d.is_complex():
         d = (d.double() if not d.is_complex() else torch.view_as_real(d).double()).reshape(-1)
-        return torch.stack([d.sum(), d.square().sum(), _weighted_sum(d.view(torch.int64)).view(torch.float64)]
+        return torch.stack([d.sum(), d.square().sum(), _weighted_sum(d.view(torch.int32)).view(torch.float64)]
                            ).view(torch.int64)
     flat = d.contiguous().reshape(-1)
     if (flat.numel() * flat.element_size()) % 8 == 0 and flat.data_ptr() % 8 == 0:
         words = flat.view(torch.int64)  # whole 8-byte words: one pass of 64-bit additions
     else:
-        words = flat.view(bits).to(torch.int64)
+        words = flat.view(bits)
+    halves = flat.view(torch.int32) if flat.element_size() >= 4 else flat.view(bits)
     total = flat.sum() if flat.is_floating_point() else flat.sum(dtype=torch.int64)
-    return torch.stack([words.sum(dtype=torch.int64), total.double().view(torch.int64), _weighted_sum(words)])
+    return torch.stack([words.sum(dtype=torch.int64), total.double().view(torch.int64), _weighted_sum(halves)])
 
 
 def _fingerprints(tensors):
@@ -255,7 +261,8 @@ def _fingerprints(tensors):
         host = torch.stack([v for _, v in items]).cpu().tolist()
         for (i, _), checks in zip(items, host):
             sums[i] = tuple(checks)
-    return [(t._version, t.data_ptr(), *pair) for t, pair in zip(tensors, sums)]
+    # (A sparse tensor has no single storage: its content checksums stand for it.)
+    return [(t._version, t.data_ptr() if t.layout == torch.strided else 0, *pair) for t, pair in zip(tensors, sums)]
 
 
 def parameter_versions(module):

@@ -156,7 +156,8 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         y_pred : ndarray of shape (n_samples,)
             Predicted labels.
         """
-        return self.classifier_.predict(self._rows(X))
+        X = self._rows(X)  # checks fitted first
+        return self.classifier_.predict(X)
 
     def predict_proba(self, X):
         """Predict class probabilities, with a column for every class of ``classes_``.
@@ -172,7 +173,8 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
             Probabilities in the order of ``classes_``; a class absent from
             the synthetic set gets probability 0.
         """
-        proba = self.classifier_.predict_proba(self._rows(X))
+        X = self._rows(X)  # checks fitted first
+        proba = self.classifier_.predict_proba(X)
         # Classes absent from the synthetic set get probability 0.
         out = np.zeros((len(proba), len(self.classes_)))
         out[:, np.searchsorted(self.classes_, self.classifier_.classes_)] = proba
