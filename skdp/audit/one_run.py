@@ -228,7 +228,7 @@ def log_likelihood_score(estimator, X, y):
 
     See Also
     --------
-    one_run_audit : Uses this score by default.
+    one_run_audit : Takes it as ``score=`` (its default is :func:`logit_score`).
     skdp.attacks.loss_threshold_attack : The same signal as a membership-inference attack.
 
     Examples

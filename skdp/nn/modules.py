@@ -196,12 +196,17 @@ class SmallCNN(nn.Module):
 
     def __init__(self, n_classes, image_shape, in_channels=1, channels=(16, 32), activation="tanh"):
         super().__init__()
+        self._build(n_classes, image_shape, in_channels, channels, lambda c, out_c: [
+            nn.Conv2d(c, out_c, 3, padding=1), ACTIVATIONS[activation](), nn.AvgPool2d(2)])
+
+    def _build(self, n_classes, image_shape, in_channels, channels, block):
+        """Set ``features`` (one ``block(c_in, c_out)`` per entry of ``channels``, each halving H and W) and ``head``."""
         self.image_shape = tuple(image_shape)
         self.in_channels = in_channels
         layers, c = [], in_channels
         h, w = self.image_shape
         for out_c in channels:
-            layers += [nn.Conv2d(c, out_c, 3, padding=1), ACTIVATIONS[activation](), nn.AvgPool2d(2)]
+            layers += block(c, out_c)
             c, h, w = out_c, h // 2, w // 2
         self.features = nn.Sequential(*layers)
         self.head = nn.Linear(c * h * w, n_classes)
@@ -375,34 +380,13 @@ class GroupNormCNN(nn.Module):
     """
 
     def __init__(self, n_classes, image_shape, in_channels=1, channels=(16, 32), groups=8, activation="tanh"):
-        super().__init__()
-        self.image_shape = tuple(image_shape)
-        self.in_channels = in_channels
-        layers, c = [], in_channels
-        h, w = self.image_shape
-        for out_c in channels:
-            layers += [WSConv2d(c, out_c, 3, padding=1), nn.GroupNorm(math.gcd(int(groups), out_c), out_c),
-                       ACTIVATIONS[activation](), nn.AvgPool2d(2)]
-            c, h, w = out_c, h // 2, w // 2
-        self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(c * h * w, n_classes)
+        nn.Module.__init__(self)
+        self._build(n_classes, image_shape, in_channels, channels, lambda c, out_c: [
+            WSConv2d(c, out_c, 3, padding=1), nn.GroupNorm(math.gcd(int(groups), out_c), out_c),
+            ACTIVATIONS[activation](), nn.AvgPool2d(2)])
 
-    def forward(self, X):
-        """Compute the class logits of a lot.
-
-        Parameters
-        ----------
-        X : torch.Tensor of shape (n, in_channels, H, W) or (n, in_channels * H * W))
-            Images, or flat rows reshaped to ``(in_channels, H, W)``.
-
-        Returns
-        -------
-        logits : torch.Tensor of shape (n, n_classes)
-            One unnormalised score per class (the softmax gives the probabilities).
-        """
-        if X.dim() == 2:
-            X = X.view(X.shape[0], self.in_channels, *self.image_shape)
-        return self.head(self.features(X).flatten(1))
+    _build = SmallCNN._build
+    forward = SmallCNN.forward
 
 
 class RowRMSNormalized(nn.Module):
