@@ -138,6 +138,24 @@ def test_fisher_bounds_by_name_follow_the_selected_features(cancer):
     assert pipe.predict(X_te).shape == y_te.shape
 
 
+def test_dfs_release_takes_bounds_by_name_like_the_selector(cancer):
+    # DFSRelease refused a dict (its constraint allowed a pair only) while DPFisherSelector inside it takes one.
+    from skdp.feature_selection import DFSRelease
+
+    X_tr, _, y_tr, _ = cancer
+    lower, upper = _public_bounds(X_tr)
+    bounds = {c: (lo, hi) for c, lo, hi in zip(X_tr.columns, lower, upper)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # the labels are not protected (DFSRelease's note)
+        by_name = DFSRelease(4, epsilon=2.0, bounds=bounds, classes=[0, 1])
+        released = by_name.fit_transform(X_tr, y_tr)
+    assert released.shape == (len(X_tr), 4) and by_name.privacy_certified_
+    assert np.allclose(by_name.selector_.bounds_[0], lower) and np.allclose(by_name.selector_.bounds_[1], upper)
+    assert by_name.bounds is bounds  # stored unchanged
+    with pytest.raises(ValueError, match="bounds is a dict by column name"):
+        DFSRelease(4, bounds=bounds, classes=[0, 1]).fit(X_tr.to_numpy(), y_tr)
+
+
 # -- DPFisherSelector.scores_ -------------------------------------------------------------------------------
 def test_private_selector_releases_no_scores_only_the_ranking(cancer):
     X_tr, _, y_tr, _ = cancer

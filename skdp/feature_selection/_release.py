@@ -11,7 +11,7 @@ from ..exceptions import warn_privacy
 from ..mechanisms import analytic_gaussian_sigma
 from ..privacy.composition import Spend
 from ..privacy.ledger import charge
-from ..utils.bounds import apply_bounds, resolve_bounds
+from ..utils.bounds import apply_bounds, bounds_by_name, resolve_bounds
 from ..privacy.report import set_privacy_attributes
 from ..utils import taps
 from ..utils.random import mechanism_rng
@@ -62,10 +62,11 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     delta : float, default=1e-5
         Total delta, in (0, 1): half for the selection, half for the release.
         Keep it well below 1 / n_samples.
-    bounds : None or (lower, upper), default=None
-        Public feature range, scalars or per-feature arrays; it sets the
-        sensitivity of both steps. None reads it from the data (warns, voids
-        the certificate).
+    bounds : None, (lower, upper) or dict, default=None
+        Public feature range, scalars or per-feature arrays, or a dict
+        ``{column name: (lower, upper)}`` for a DataFrame ``X`` (names ``X``
+        does not have are ignored); it sets the sensitivity of both steps.
+        None reads it from the data (warns, voids the certificate).
     clip : bool, default=True
         Clip X to ``bounds`` for the selection; with False, data outside the
         bounds is an error. The release always clips the kept features.
@@ -148,7 +149,7 @@ class DFSRelease(TransformerMixin, BaseEstimator):
     _parameter_constraints = {
         **PRIVACY_CONSTRAINTS,
         "n_features_to_select": [Interval(numbers.Integral, 1, None, closed="left")],
-        "bounds": [None, tuple, list],
+        "bounds": [None, tuple, list, dict],
         "clip": ["boolean"],
         "clip_norm": [None, Interval(numbers.Real, 0, None, closed="neither")],
         "method": [StrOptions({"private", "paper"})],
@@ -284,14 +285,17 @@ class DFSRelease(TransformerMixin, BaseEstimator):
         eps_sel = share * self.epsilon / 2 if self.method == "private" else share * self.epsilon
         delta_sel = (self.delta / 2 / (1 + math.exp(min(eps_sel, 700.0))) if self.method == "private"
                      else self.delta / 2)
-        resolve_bounds(self.bounds, X, type(self).__name__, warn=False)  # refuse absurd bounds before charging
+        bounds = self.bounds
+        if isinstance(bounds, dict):  # by column name: the selector below sees an array, so resolve the names here
+            bounds = bounds_by_name(bounds, getattr(self, "feature_names_in_", None), type(self).__name__)
+        resolve_bounds(bounds, X, type(self).__name__, warn=False)  # refuse absurd bounds before charging
         if not self._selects_all:  # the selection's replace-one cost, charged before it runs
             cost = (share * self.epsilon, 0.0 if math.isinf(self.epsilon) else self.delta / 2)
             label = " selection" + (" (paper, not certified)" if self.method == "paper" else " (replace-one)")
             charge(self.ledger, *cost, type(self).__name__ + label, cost=Spend.approx(*cost, "replace-one"))
         self.selector_ = DPFisherSelector(
             self.n_features_to_select, epsilon=eps_sel, delta=delta_sel,
-            bounds=self.bounds, clip=self.clip, method=self.method, classes=self.classes,
+            bounds=bounds, clip=self.clip, method=self.method, classes=self.classes,
             ledger=None, random_state=self.random_state,
         ).fit(X, y)
         self.noise_seeded_ = self.selector_.noise_seeded_
