@@ -3,26 +3,55 @@
 The canaries live in the engine (:func:`skdp.utils.taps.gradient_canaries`):
 canary i adds ``C e_c`` (the clipping bound in its coordinate c) to the
 clipped sum of every release on a lot it is sampled into, before the noise.
-The optimizer steps against the noisy gradient, so an included canary pushes
-its coordinate down by about ``lr C / B`` per lot (``1 / (1 - momentum)``
-times that with momentum), an excluded one not at all, and the noise moves
-every coordinate alike. The score is the movement ``theta_0 - theta_T``
-along the coordinate: for SGD with momentum, Adam or an EMA of the weights,
-each step moves the weight against the gradient, so included canaries score
-higher. Weight decay (and any shrinkage towards 0) also moves a coordinate
-in proportion to its starting value: a least-squares fit of the movements on
-``(1, theta_0)`` over the canaries, a function of the output and the public
-initialisation only, is taken out. An optimizer with ``maximize=True`` would
-flip the sign (and show a bound of 0: a missed audit, never a false alarm).
-A network trained by several engines (a GAN's generator and discriminator)
-gives one score per engine; they are added in units of their spread.
+Release t of an engine is
+
+    ``G_t = R_t + sum_{i in lot t} C e_{c_i} + Z_t``,  ``Z_t ~ N(0, sigma^2 C^2 I)``,
+
+with ``R_t`` the records' clipped sum at the iterate ``theta_t``. The tap
+reads ``R_t`` before it adds the canaries and ``G_t`` after the engine added
+the noise, and the score of canary i is the sum over the engine's releases
+of ``G_t - R_t`` at its coordinate:
+
+    ``s_i = C N_i + sum_t Z_t[c_i]``,
+
+``N_i`` the releases on lots canary i joined (0 when it is excluded, about
+``Binomial(T, q)`` when included) and the noise ``N(0, T sigma^2 C^2)``, alike
+for every canary. Neither the records' own gradients at ``c_i`` nor the
+optimizer (momentum, Adam's normalisation, weight decay, an EMA of the
+weights) reach it: with the noise removed an excluded canary scores 0 and an
+included one C per release it joined.
+
+Validity. The one-run bound (Steinke, Nasr & Jagielski 2023, Theorem 3.1)
+needs guesses that are a function of the output of an algorithm that is
+(epsilon, delta)-DP in each canary's inclusion, everything else held fixed.
+Condition on the records, on their lots (Poisson draws independent of the
+canaries' coin flips) and on the canaries' coordinates (chosen from the
+records' clipped sum on the first lot). Given these, ``R_t`` is a fixed
+function of the iterate ``theta_t``, that is of the earlier releases; DP-SGD's
+guarantee for one canary holds for any such adaptively chosen sequence of
+the other contributions (the accountant composes adaptive Gaussian steps,
+each canary keeps its own Poisson rate q), so ``(G_1, ..., G_T)`` is
+(epsilon, delta)-DP in each canary given the conditioning, and ``s`` is a
+function of it and of the conditioned values: the bound holds given them,
+hence also unconditionally. Only the releases of models that are themselves
+released may be scored: engines whose parameters the fitted object holds
+(:func:`_held_parameters`). In a ``PrivateSearchCV`` that is the winner's
+(``best_estimator_``; the losing trials' transcripts are not covered by the
+search's claim, and with ``refit=False`` nothing is scored); a fit on
+post-processed data (``TrainOnSynthetic``'s classifier) gets no canaries.
+
+The guesses use the likelihood ratio of each canary's residual (increasing
+in it: :func:`_engine_scores`), "in" where it is positive: with the noise
+removed, every canary that joined a lot is then guessed in, whatever the
+spread of the number of lots it joined (a 2-means split of the residuals cut
+through the included ones). A network trained by several engines (a GAN's
+generator and discriminator) gives one ratio per engine; they are added.
 """
 import numpy as np
 from sklearn.base import clone
 
 from ..utils import taps
 from ..utils.random import mechanism_rng
-from ..utils.taps import _flat
 
 _WALKED = ("skdp", "sklearn", "skorch")
 
@@ -48,29 +77,47 @@ def _held_parameters(fitted):
     return held
 
 
-def _engine_scores(entry):
-    """Each canary's movement against its gradient, in units of its parameter tensor's spread.
+#: Least noise standard deviation (units of C) the score assumes: with the noise removed the residuals are
+#: integers up to float rounding, and the likelihood ratio needs a width.
+_LEAST_NOISE_SD = 0.05
 
-    Per tensor: ``theta_0 - theta_T`` on all its coordinates, less a least-squares fit on ``(1, theta_0)``
-    (shrinkage such as weight decay, and the tensor's mean drift); at the canaries' coordinates the
-    residuals are centred and divided by their standard deviation. Units per tensor, not one scale for the
-    engine: Adam moves a coordinate by about ``lr`` a step whatever its gradient, so a tensor the data push
-    steadily (a log-variance) shows no canary at all, and must not drown the tensors that do.
+
+def _join_counts(lots):
+    """The distribution of ``N``, the releases an included canary joins: ``sum_l r_l Bernoulli(q_l)`` over lots.
+
+    ``lots`` maps each lot to ``[q_l, r_l]``: its Poisson rate and the engine's releases on it (a canary in the
+    lot is in all of them). Returns the probabilities of ``N = 0, 1, ...``, the negligible tail cut.
     """
-    out = np.zeros(len(entry["which"]))
-    for j, (param, start) in enumerate(zip(entry["params"], entry["initial"])):
-        rows = np.flatnonzero(entry["which"] == j)
-        if not len(rows):
-            continue
-        start = start.reshape(-1)
-        moved = start - _flat(param)
-        design = np.column_stack([np.ones_like(start), start])
-        coef, *_ = np.linalg.lstsq(design, moved, rcond=None)
-        residual = (moved - design @ coef)[entry["offsets"][rows]]
-        residual -= residual.mean()
-        spread = residual.std()
-        out[rows] = residual / spread if spread > 0 else residual
-    return out
+    pmf = np.ones(1)
+    for rate, releases in lots.values():
+        grown = np.zeros(len(pmf) + releases)
+        grown[:len(pmf)] += (1 - rate) * pmf
+        grown[releases:] += rate * pmf
+        pmf = grown
+    keep = np.flatnonzero(pmf > 1e-15 * pmf.max())
+    return pmf[:keep[-1] + 1]
+
+
+def _engine_scores(entry):
+    """Each canary's log-likelihood ratio "included" vs "excluded" given its residual release in one engine.
+
+    The residual ``u_i = s_i / C`` is ``N_i + noise``, the noise ``N(0, v)`` with ``v`` the sum over releases
+    of the noise variance in units of C (public: the mechanism's scale), ``N_i = 0`` for an excluded canary
+    and distributed as :func:`_join_counts` for an included one, so
+
+        ``LLR(u) = log sum_k P(N = k) exp((u k - k^2 / 2) / v)``,
+
+    increasing in ``u`` (the ranking is the residual's; Neyman-Pearson: the most powerful statistic), and
+    positive where "included" is the likelier. Engines are added as if independent. A function of the
+    release, the conditioned records' sums and public constants only (no inclusion).
+    """
+    from scipy.special import logsumexp
+
+    pmf = _join_counts(entry["lots"])
+    k = np.flatnonzero(pmf > 0)
+    variance = max(entry["noise_var"], _LEAST_NOISE_SD ** 2)
+    u = entry["residual"][:, None]
+    return logsumexp(np.log(pmf[k]) + (u * k - k ** 2 / 2) / variance, axis=1)
 
 
 def fit_with_gradient_canaries(estimator, X, y, included):
@@ -90,7 +137,7 @@ def fit_with_gradient_canaries(estimator, X, y, included):
     fitted : estimator
         The fitted clone (not certified).
     scores : ndarray of shape (len(included),)
-        Higher: more likely included.
+        The log-likelihood ratio "included" vs "excluded" (positive: more likely included).
     """
     with taps.gradient_canaries(included, mechanism_rng()) as mode:
         fitted = clone(estimator).fit(X, y)

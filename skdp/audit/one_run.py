@@ -21,9 +21,13 @@ Canaries:
   Nasr et al. 2023): canary i's clipped per-example gradient is ``C e_i``, the
   clipping bound in its own parameter coordinate, added inside the engine
   (:func:`skdp.utils.taps.gradient_canaries`) to every release of each lot it
-  is Poisson-sampled into, like a record. Its score is how far the trained
-  weights moved against that gradient along its coordinate. The fit is
-  never certified (it trained on records that are not the user's).
+  is Poisson-sampled into, like a record. Its score is read from the
+  releases: the sum over steps of the noisy sum at its coordinate less the
+  records' clipped sum there, ``C x (lots it joined) + noise`` (neither the
+  data's own gradients nor the optimizer blur it; :mod:`skdp.audit.gradient`
+  states why conditioning on the records keeps the bound), as a
+  log-likelihood ratio. The fit is never certified (it trained on records
+  that are not the user's).
   What it audits is everything after the clipped sum: the noise and its
   scale, the sampling, the number of steps and the accountant. The
   canaries do not pass through the per-example gradients and the clipper
@@ -415,17 +419,18 @@ def _threshold(scores):
     return float((s[best] + s[best + 1]) / 2)
 
 
-def one_run_guesses(scores, n_guesses, rng):
+def one_run_guesses(scores, n_guesses, rng, threshold=None):
     """Guesses from the scores: ``+1`` (in) for the highest, ``-1`` (out) for the lowest, 0 (abstain) elsewhere.
 
     The ``n_guesses`` are shared between the two ends in the proportion of
-    the scores above the 2-means threshold, so that with every canary
-    guessed the guesses are the threshold's split (all right when the
-    scores separate, whatever the number of included canaries); ties are
-    broken at random, so that equal scores carry no information.
+    the scores above the threshold (``None``: the 2-means split; gradient
+    canaries give 0, their scores being log-likelihood ratios), so that with
+    every canary guessed the guesses are the threshold's split (all right
+    when the scores separate, whatever the number of included canaries);
+    ties are broken at random, so that equal scores carry no information.
     """
     m = len(scores)
-    above = float(np.mean(scores > _threshold(scores)))
+    above = float(np.mean(scores > (_threshold(scores) if threshold is None else threshold)))
     k_in = min(n_guesses, max(0, int(round(n_guesses * above))))
     order = np.lexsort((rng.random(m), scores))
     guesses = np.zeros(m, dtype=int)
@@ -434,15 +439,18 @@ def one_run_guesses(scores, n_guesses, rng):
     return guesses
 
 
-def one_run_bounds(scores, included, n_guesses, delta, confidence, rng):
-    """Both bounds over the guess counts tried (Bonferroni), with the counts of the best (epsilon, delta) one."""
+def one_run_bounds(scores, included, n_guesses, delta, confidence, rng, threshold=None):
+    """Both bounds over the guess counts tried (Bonferroni), with the counts of the best (epsilon, delta) one.
+
+    ``threshold``: where the guesses split "in" from "out" (:func:`one_run_guesses`); None: 2-means.
+    """
     m = len(scores)
     counts = _guess_counts(n_guesses, m)
     level = 1 - (1 - confidence) / len(counts)
     best = (-1.0, 0, 0)
     mu = 0.0
     for k in counts:
-        guesses = one_run_guesses(scores, k, rng)
+        guesses = one_run_guesses(scores, k, rng, threshold)
         correct = int(np.sum(guesses == np.where(included, 1, -1)))
         eps = one_run_epsilon_lower_bound(m, k, correct, delta, level)
         if eps > best[0]:
@@ -473,11 +481,13 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
     or searches ending in one) they are white-box Dirac canaries: canary i's
     clipped gradient is the clipping bound C in its own parameter coordinate,
     and it is Poisson-sampled into the lots and noised with the records,
-    inside the engine; its score is how far the trained weights moved against
-    that gradient along its coordinate, after a least-squares fit on the
-    coordinates' initial values (weight decay, an EMA) is taken out, summed
-    over the engines (a GAN's two networks) in units of their spread. A fit
-    with gradient canaries is never certified.
+    inside the engine; its score is read from the releases: the sum over
+    steps of the noisy gradient sum at its coordinate less the records'
+    clipped sum there, that is ``C x (lots it joined) + noise``, as the
+    log-likelihood ratio "in" vs "out" (guessed in where positive), added over
+    the engines (a GAN's two networks). Only the released model's engines are
+    scored (a private search's winner). A fit with gradient canaries is never
+    certified.
 
     Parameters
     ----------
@@ -493,7 +503,10 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
         canaries of DP-SGD.
     n_canaries : int or None, default=None
         Gradient canaries, at most the trainable parameters of each network
-        (None: 1000). With input canaries: None or ``len(X_canary)``.
+        (None: 1000). With input canaries: None or ``len(X_canary)``. A
+        gradient audit runs in this thread only: ``n_jobs`` other than 1
+        anywhere in ``estimator`` (None under a joblib ``parallel_config``
+        with several jobs included) is refused before the fit.
     score : callable or None, default=None
         ``(fitted, X_canary, y_canary) -> scores``, higher meaning "more
         likely a member", for input canaries; None: :func:`logit_score`, the
@@ -525,9 +538,9 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
     ValueError
         If the canaries do not fit their kind (input canaries missing or of
         different lengths, gradient canaries with ``X_canary`` or a
-        ``score``, more gradient canaries than parameters, no DP-SGD release
-        in the fit), or ``delta``, ``confidence`` or ``n_guesses`` is out of
-        range.
+        ``score``, more gradient canaries than parameters, parallel jobs, no
+        DP-SGD release in the fit), or ``delta``, ``confidence`` or
+        ``n_guesses`` is out of range.
 
     See Also
     --------
@@ -577,6 +590,7 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
         _check_one_process(estimator)
         included = rng.random(m) < 0.5
         fitted, scores = fit_with_gradient_canaries(estimator, X, y, included)
+        threshold = 0.0  # the scores are log-likelihood ratios: "in" where positive
     else:
         if X_canary is None or y_canary is None:
             raise ValueError("canaries='input' needs X_canary and y_canary (see mislabelled_canaries), or use "
@@ -595,21 +609,34 @@ def one_run_audit(estimator, X, y, X_canary=None, y_canary=None, *, canaries="in
         fitted = clone(estimator).fit(np.concatenate([X, X_canary[included]]),
                                       np.concatenate([y, y_canary[included]]))
         scores = np.asarray((score or logit_score)(fitted, X_canary, y_canary), dtype=float)
+        threshold = None  # any score's scale: the 2-means split
     claimed, claimed_delta = _claimed_privacy(fitted)
     delta = claimed_delta if delta is None else delta
-    (bound, k, correct), mu = one_run_bounds(scores, included, counts, delta, confidence, rng)
+    (bound, k, correct), mu = one_run_bounds(scores, included, counts, delta, confidence, rng, threshold)
     return AuditResult(bound, claimed, m, k, correct, confidence, delta, scores, included, mu,
                        gaussian_dp_epsilon(mu, delta) if delta > 0 else (math.inf if mu > 0 else 0.0), canaries)
 
 
 def _check_one_process(estimator):
-    """Refuse parallel jobs before the fit: the canaries live in this process's tap, workers never see them."""
-    jobs = {k: v for k, v in estimator.get_params(deep=True).items()
-            if k.split("__")[-1] == "n_jobs" and v not in (None, 1)}
-    if jobs:
-        key, value = next(iter(jobs.items()))
-        raise ValueError(f"canaries='gradient' runs the fit in this process only, but {key}={value!r}: the "
-                         f"canaries would not reach the fits of other workers. Set {key}=1 for the audit.")
+    """Refuse parallel jobs before the fit: the canaries live in this thread's tap, workers never see them.
+
+    ``n_jobs=None`` means joblib's active ``parallel_config(n_jobs=...)`` (1 outside one): refused too when
+    that runs more than one job (processes or threads: neither inherits the tap).
+    """
+    from joblib import effective_n_jobs
+
+    for key, value in estimator.get_params(deep=True).items():
+        if key.split("__")[-1] != "n_jobs" or value == 1:
+            continue
+        if value is not None:
+            raise ValueError(f"canaries='gradient' runs the fit in this process only, but {key}={value!r}: the "
+                             f"canaries would not reach the fits of other workers. Set {key}=1 for the audit.")
+        active = effective_n_jobs(None)
+        if active != 1:
+            raise ValueError(f"canaries='gradient' runs the fit in this process only, but {key}=None under "
+                             f"joblib.parallel_config(n_jobs=...), which runs {active} jobs: the canaries would "
+                             f"not reach the fits of other workers. Set {key}=1 for the audit, or run it outside "
+                             "the parallel_config block.")
 
 
 def _claimed_privacy(fitted):

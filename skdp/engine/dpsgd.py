@@ -412,6 +412,9 @@ class DPSGDEngine:
             else:
                 out = torch.zeros_like(p) if g is None else g.detach() * inv_lot
             p.grad = out
+        if not self._baseline():
+            # Audit-only: the canaries' scores read the release at their coordinates (nothing outside an audit).
+            taps.gradients_released(self.params, self.expected_batch_size, std)
         # The next lot's noise, drawn while the caller steps and computes that lot (the same values as drawn then).
         self._start_ahead(std)
         return losses, norms

@@ -159,6 +159,14 @@ class _GradientCanaries:
     An included canary joins each lot independently with the lot's Poisson rate q (``lot_drawn``, called by
     the sampler as it draws the records' lot) and every release on that lot adds its gradient to the
     clipped sum before the noise: the same clipping bound, noise and accountant as the real records.
+
+    Each engine's entry also keeps, per canary, the running sum over releases of the released noisy sum at
+    the canary's coordinate less the records' clipped sum there, in units of C (``residual``): the records'
+    value is read in :meth:`add_canaries` before the canaries are added (``pending``), the noisy sum in
+    :meth:`released` after the engine wrote it. That is exactly ``(releases on lots the canary joined) +
+    noise``; beside it the noise's variance in the same units (``noise_var``) and, per lot, its Poisson rate
+    and the engine's releases on it (``lots``), from which :mod:`skdp.audit.gradient` scores it. This
+    book-keeping (m floats per engine, two numbers per lot) lives in the tap only.
     """
     alters = True
 
@@ -166,8 +174,8 @@ class _GradientCanaries:
         self.included = np.asarray(included, dtype=bool)
         self.rng, self.outer = rng, outer
         self.in_lot = np.zeros(len(self.included), dtype=bool)
-        self.lots = 0
-        self.engines = []  # one dict per engine seen: params, coordinates, initial values
+        self.lots, self.sample_rate = 0, 0.0
+        self.engines = []  # one dict per engine seen: params, the canaries' coordinates, their residual sums
 
     @property
     def noise_off(self):
@@ -182,6 +190,7 @@ class _GradientCanaries:
 
     def lot_drawn(self, sample_rate):
         self.lots += 1
+        self.sample_rate = float(sample_rate)
         self.in_lot = self.included & (self.rng.random(len(self.included)) < sample_rate)
 
     def check_engine(self, params):
@@ -191,10 +200,16 @@ class _GradientCanaries:
             raise ValueError(f"n_canaries={m} gradient canaries need {m} distinct coordinates, but a network "
                              f"trained here has {int(size)} trainable parameters; use n_canaries <= {int(size)}.")
 
-    def _engine(self, params, clipped):
+    def _find(self, params):
         for entry in self.engines:
             if len(entry["params"]) == len(params) and all(a is b for a, b in zip(entry["params"], params)):
                 return entry
+        return None
+
+    def _engine(self, params, clipped):
+        entry = self._find(params)
+        if entry is not None:
+            return entry
         self.check_engine(params)
         sizes = np.array([p.numel() for p in params])
         m = len(self.included)
@@ -205,18 +220,35 @@ class _GradientCanaries:
         coords = np.lexsort((self.rng.random(len(magnitude)), magnitude))[:m]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         which = np.searchsorted(starts, coords, side="right") - 1
-        # The initial weights (a float64 copy): the score is each coordinate's movement from them.
-        entry = {"params": list(params), "which": which, "offsets": coords - starts[which], "releases": 0,
-                 "initial": [_flat(p).reshape(tuple(p.shape)) for p in params]}
+        offsets = coords - starts[which]
+        groups = []  # per parameter tensor holding canaries: their rows (canary indices), their flat offsets
+        for j in range(len(params)):
+            rows = np.flatnonzero(which == j)
+            if len(rows):
+                groups.append((j, rows, offsets[rows]))
+        entry = {"params": list(params), "which": which, "offsets": offsets, "groups": groups, "releases": 0,
+                 "residual": np.zeros(m), "noise_var": 0.0, "lots": {}, "pending": None}
         self.engines.append(entry)
         return entry
+
+    @staticmethod
+    def _at_canaries(entry, tensors):
+        """The values of ``tensors`` (one per parameter) at the canaries' coordinates, float64, canary order."""
+        out = np.zeros(len(entry["which"]))
+        for j, rows, offsets in entry["groups"]:
+            out[rows] = _flat(tensors[j].detach().reshape(-1)[offsets])
+        return out
 
     def add_canaries(self, params, clipped, max_grad_norm):
         import torch
 
         entry = self._engine(params, clipped)
         entry["releases"] += 1
+        rate_and_releases = entry["lots"].setdefault(self.lots, [self.sample_rate, 0])
+        rate_and_releases[1] += 1
         clipped = list(clipped)
+        # The records' clipped sum at the canaries' coordinates, before the canaries (kept until the release).
+        entry["pending"] = (self._at_canaries(entry, clipped), float(max_grad_norm))
         for j in np.unique(entry["which"][self.in_lot]):
             rows = self.in_lot & (entry["which"] == j)
             g = clipped[j].detach().reshape(-1).clone()
@@ -224,6 +256,20 @@ class _GradientCanaries:
             g.index_add_(0, offsets, torch.full((len(offsets),), float(max_grad_norm), dtype=g.dtype, device=g.device))
             clipped[j] = g.reshape(clipped[j].shape)
         return clipped
+
+    def released(self, params, lot_size, noise_std):
+        """After the engine wrote ``p.grad = (records + canaries + noise) / lot_size``: add ``canaries + noise``.
+
+        ``noise_std``: the standard deviation of each coordinate of ``p.grad``'s noise (``noise / lot_size``).
+        """
+        entry = self._find(list(params))
+        if entry is None or entry["pending"] is None:
+            return
+        records, bound = entry["pending"]
+        noisy_sum = self._at_canaries(entry, [p.grad for p in entry["params"]]) * float(lot_size)
+        entry["residual"] += (noisy_sum - records) / bound
+        entry["noise_var"] += (float(noise_std) * float(lot_size) / bound) ** 2
+        entry["pending"] = None
 
 
 def engine_planned(params):
@@ -320,6 +366,18 @@ def add_gradient_canaries(params, clipped, max_grad_norm):
     return mode.add_canaries(params, clipped, max_grad_norm)
 
 
+def gradients_released(params, lot_size, noise_std):
+    """Called by the DP-SGD engine once it has written the noisy gradients ``param.grad``; nothing outside an audit.
+
+    Under :func:`gradient_canaries` the canaries' scores read the release at their coordinates
+    (``param.grad * lot_size``, the noisy sum) and subtract the records' clipped sum there; ``noise_std`` is
+    the noise's standard deviation in ``param.grad`` (public: the mechanism's scale).
+    """
+    mode = _MODE.get()
+    if mode is not None and hasattr(mode, "released"):
+        mode.released(params, lot_size, noise_std)
+
+
 @contextlib.contextmanager
 def _active(mode):
     token = _MODE.set(mode)
@@ -347,8 +405,9 @@ def gradient_canaries(included, rng):
     """Context (:func:`skdp.audit.one_run_audit` only): Dirac gradient canaries in every DP-SGD release.
 
     ``included[i]``: whether canary i is in the training set; ``rng`` draws the canaries' lots and
-    coordinates. Yields the mode, whose ``engines`` list each engine's canary coordinates and their
-    initial values. An outer tap (:func:`noise_off`, :func:`scaled_noise`) still applies inside.
+    coordinates. Yields the mode, whose ``engines`` list each engine's canary coordinates and, per canary,
+    the sum over releases of the noisy sum at its coordinate less the records' clipped sum there
+    (``residual``). An outer tap (:func:`noise_off`, :func:`scaled_noise`) still applies inside.
     """
     return _active(_GradientCanaries(included, rng, outer=_MODE.get()))
 
