@@ -11,7 +11,7 @@ worker (``EMA_WINDOWS``: the average's memory is steps / EMA_WINDOWS lots; ``NOI
 estimator parameter. Every job first restores the rules of the module as committed, so a worker
 reused by joblib carries nothing from its previous job.
 
-Run: python benchmarks/dev_recipe.py --group {recipe,schedule-digits,schedule-mnist,mnist-cnn}
+Run: python benchmarks/dev_recipe.py --group {recipe,schedule-digits,schedule-mnist,mnist-cnn,digits-modules}
 Each group replaces its own section of ``benchmarks/results/dev_recipe.md``.
 """
 import argparse
@@ -109,10 +109,19 @@ def mnist_cnn():
             ("mnist-dev", "cnn (auto lots)", {}, {"module": "cnn"})]
 
 
+def digits_modules():
+    """The other modules on digits-dev under the "auto" schedule, and the CNN with more lots or full lots."""
+    return [("digits-dev", "mlp", {}, {"module": "mlp"}),
+            ("digits-dev", "cnn, q 1/4, T 300, r 21 (committed)", {}, {"module": "cnn"}),
+            ("digits-dev", "cnn, q 1/4, T 1000, r 21", {"STEPS": 1000}, {"module": "cnn"}),
+            ("digits-dev", "cnn, q 1, T 300, r 21", {"SAMPLE_RATE": 1.0}, {"module": "cnn"})]
+
+
 GROUPS = {"recipe": ("EMA windows, the CNN's radius, augmentation (issue 28, first pass)", recipe),
           "schedule-digits": ("Lots, steps and radius with EMA in place: digits-dev", lambda: schedule("digits-dev")),
           "schedule-mnist": ("Lots, steps and radius with EMA in place: mnist-dev", lambda: schedule("mnist-dev")),
-          "mnist-cnn": ("module='cnn' and augmentation on mnist-dev (28x28)", mnist_cnn)}
+          "mnist-cnn": ("module='cnn' and augmentation on mnist-dev (28x28)", mnist_cnn),
+          "digits-modules": ("The MLP and the CNN's schedule on digits-dev", digits_modules)}
 
 
 def section_rows(title):
