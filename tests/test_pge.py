@@ -105,6 +105,30 @@ def test_certified_fit_learns_both_classes_and_samples_within_bounds():
     assert np.all(ya == 1) and Xa[:, 0].mean() > 0.5
 
 
+def test_gaussian_score_divergence_is_exact_and_weighted_gradients_stay_bounded():
+    # The separable loss replaces the projections' estimate of tr(ds/dx) by the exact diagonal, and weights
+    # coordinate j by (var_j + sigma^2)^2 (held constant): a record 2 away from a mean whose variance has
+    # shrunk to 1e-4 pulls the mean by 2 / SEPARABLE_SHRINK, where the raw loss pulls by 2 / (1e-4)^2.
+    from skdp.generative.net import SEPARABLE_SHRINK, PGENet
+    from skdp.generative.networks import GaussianScore
+
+    module = GaussianScore(3, n_classes=2)
+    with torch.no_grad():
+        module.mean.normal_(generator=torch.Generator().manual_seed(0))
+        module.log_var.fill_(math.log(1e-4))
+    x, y, sigma = torch.tensor([[2.0, -1.0, 0.5]]), torch.tensor([[1.0, 0.0]]), torch.tensor([1e-3])
+    score, divergence, scale = module(x, y, sigma, terms=True)
+    jacobian = torch.func.jacrev(lambda z: module(z, y, sigma)[0])(x[0])
+    assert torch.allclose(torch.diag(jacobian), divergence[0]) and torch.count_nonzero(jacobian - torch.diag(
+        torch.diag(jacobian))) == 0
+    assert torch.allclose(score, module(x, y, sigma))
+    loss = PGENet._separable_loss(module(x + 0.0, y, sigma, terms=True)).sum()
+    loss.backward()
+    far = (x - module.mean[0]).abs()[0]
+    assert torch.allclose(module.mean.grad[0].abs(), far / SEPARABLE_SHRINK, rtol=1e-3)
+    assert module.log_var.grad.abs().max() <= (far.max() ** 2 + 1) / SEPARABLE_SHRINK
+
+
 def test_noise_costs_sample_quality():
     # Twin of the test above: at epsilon = 0.05 the classes are no longer told apart as well.
     X, y = two_blobs()
@@ -159,7 +183,7 @@ def test_auto_defaults_follow_the_mechanism():
     X, y = two_blobs(100)
     small = {k: v for k, v in SMALL.items() if k != "n_projections"}  # the defaults are what is tested
     dp = PGEGenerator(bounds=(-2, 2), classes=[0, 1], random_state=0, **small).fit(X, y)
-    assert (dp.module_, dp.lr_, dp.n_projections_) == ("gaussian", 1e-2, 16)
+    assert (dp.module_, dp.lr_, dp.n_projections_) == ("gaussian", 1e-2, 1)  # its divergence is exact
     assert (dp.module, dp.lr, dp.n_projections) == ("auto", "auto", "auto")  # parameters stay as given
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)

@@ -65,10 +65,20 @@ class GaussianScore(nn.Module):
     ``s(x | y, sigma) = -(x - mu_y) / (var_y + sigma^2)``: 2 k d parameters, so
     DP-SGD's noise, whose norm grows with the square root of the parameter
     count, stays small where a neural score network drowns in it.
+
+
+    Its Jacobian is diagonal, ``d s_j / d x_j = -1 / a_j`` with ``a_j = var_j +
+    sigma^2``, and coordinate j's score depends on coordinate j's parameters
+    only, so the score-matching loss separates by coordinate. ``forward(...,
+    terms=True)`` returns the score, that exact divergence and ``a``, which
+    :class:`~skdp.generative.net.PGENet` uses instead of projections (see
+    its ``per_example_loss``).
     """
 
     # Its output does not scale like 1/sigma: unweighted levels give comparable gradient norms.
     sigma_weight_power = 0
+    # forward(..., terms=True) gives the exact, per-coordinate divergence and scale a = var + sigma^2.
+    separable = True
 
     def __init__(self, n_features, n_classes=0):
         super().__init__()
@@ -76,11 +86,13 @@ class GaussianScore(nn.Module):
         self.mean = nn.Parameter(torch.zeros(rows, n_features))
         self.log_var = nn.Parameter(torch.zeros(rows, n_features))
 
-    def forward(self, x, y, sigma):
+    def forward(self, x, y, sigma, terms=False):
         if y.shape[1] == 0:
             y = torch.ones(x.shape[0], 1, device=x.device)
         mean, var = y @ self.mean, y @ self.log_var.exp()
-        return -(x - mean) / (var + sigma[:, None] ** 2)
+        scale = var + sigma[:, None] ** 2
+        score = -(x - mean) / scale
+        return (score, -1 / scale, scale) if terms else score
 
 
 @register_init(GaussianScore)
