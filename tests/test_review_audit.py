@@ -94,7 +94,8 @@ def test_noise_off_twins_are_refuted_through_the_data_s_own_gradients(name):
     with taps.noise_off():
         result = one_run_audit(est, X, y, canaries="gradient", n_canaries=m, random_state=1)
     assert result.claimed_epsilon == pytest.approx(3.0, abs=0.1)
-    assert result.epsilon_lower_bound > result.claimed_epsilon + 0.5, str(result)
+    # Refuted whenever at most 10 of the ~200 included canaries joined no lot (the MLP's: 1.25 % each).
+    assert result.epsilon_lower_bound > result.claimed_epsilon, str(result)
 
 
 def test_with_the_noise_off_the_residual_is_the_number_of_lots_each_canary_joined():
