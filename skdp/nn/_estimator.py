@@ -77,8 +77,9 @@ DP_PARAMETER_DOCS = {
     is ``net_.ema_decay_``.""",
     "augment": """augment : None, int or dict, default={default}
     Augmentation multiplicity for image rows (De et al. 2022): K copies of
-    each record, each shifted at random by up to an eighth of the image (at
-    least 1 pixel; edge pixels repeated), and the record's gradient is the *average* of its copies'
+    each record, each shifted at random by up to 1 pixel on each axis (edge
+    pixels repeated; :class:`skdp.nn.ImageAugmentation` says which data chose
+    it), and the record's gradient is the *average* of its copies'
     gradients, taken before clipping. One record still moves the clipped sum
     by at most ``max_grad_norm``, so the noise and the one charge per lot are
     those of plain DP-SGD. The transforms are public and data-independent,
