@@ -254,7 +254,7 @@ def _pge_rows():
     import pandas as pd
 
     def pge(frame):
-        keep = frame.method.str.startswith("PGE") | frame.method.str.startswith("sklearn LR")
+        keep = (frame.method.str.startswith("PGE") & (frame.epsilon == 1)) | frame.method.str.startswith("sklearn LR")
         return frame[keep].assign(method=lambda f: f.method.where(~f.method.str.startswith("PGE"), "PGEGenerator"))
 
     path = HERE / "results" / "tabular.csv"
