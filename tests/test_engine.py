@@ -341,21 +341,91 @@ def test_estimator_release_under_insecure_noise_seed_is_the_same_with_noise_draw
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64, torch.int64, torch.bool])
 @pytest.mark.parametrize("n", [1, 7, 4096])
 def test_parameter_fingerprints_see_one_element_moved_by_one_ulp(dtype, n):
-    from skdp.engine.validators import _checksums
+    # The guard's snapshot of a tensor (version, storage, an exact copy of its bits) sees one element moved
+    # by one ulp (one count, one flipped bool) through .data, which the version counter misses, at any
+    # thread count; an unchanged tensor matches its snapshot at any thread count.
+    from skdp.engine.validators import _fingerprints
     x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
-    before = _checksums(x).tolist()
+    before = _fingerprints([x])
     threads = torch.get_num_threads()
-    try:  # exact integer sums: the same at any thread count
+    try:
         torch.set_num_threads(1)
-        assert _checksums(x).tolist() == before
+        assert _fingerprints([x]) == before and not before[0].changed(x)
     finally:
         torch.set_num_threads(threads)
     for i in {0, n // 2, n - 1}:
         y = x.clone()
+        before = _fingerprints([y])
+        data = y.data  # the version counter does not see writes through .data
         if dtype == torch.bool:
-            y[i] = ~y[i]
+            data[i] = ~data[i]
         elif dtype.is_floating_point:
-            y[i] = torch.nextafter(y[i], torch.tensor(float("inf"), dtype=dtype))
+            data[i] = torch.nextafter(data[i], torch.tensor(float("inf"), dtype=dtype))
         else:
-            y[i] += 1
-        assert _checksums(y).tolist() != before
+            data[i] += 1
+        assert y._version == before[0].version
+        assert _fingerprints([y]) != before and before[0].changed(y)
+
+
+@pytest.mark.parametrize("case", ["bfloat16 ulp", "complex64 ulp", "transposed view", "zero sign", "nan payload"])
+def test_guard_snapshots_see_writes_off_the_numpy_path(case):
+    # The snapshot compares bits: bfloat16 and complex take the torch path (numpy cannot view them), a transposed
+    # parameter the strided numpy path; -0.0 vs 0.0 and a NaN's payload are changes, the same NaN is not.
+    from skdp.engine.validators import _fingerprints
+    if case == "bfloat16 ulp":
+        t = torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16)
+        write = lambda d: d.__setitem__(1, torch.nextafter(d[1], torch.tensor(9.0, dtype=torch.bfloat16)))
+    elif case == "complex64 ulp":
+        t = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+        write = lambda d: torch.view_as_real(d).__setitem__((1, 1), torch.nextafter(torch.tensor(-1.0),
+                                                                                    torch.tensor(0.0)))
+    elif case == "transposed view":
+        t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
+        write = lambda d: d.__setitem__((2, 1), 6.000001)
+    elif case == "zero sign":
+        t = torch.tensor([0.0, 1.0])
+        write = lambda d: d.__setitem__(0, -0.0)
+    else:
+        t = torch.tensor([float("nan"), 1.0])
+        write = lambda d: d.view(torch.int32).__setitem__(0, d.view(torch.int32)[0] + 1)
+    before = _fingerprints([t])
+    assert _fingerprints([t]) == before and not before[0].changed(t)  # NaN stays equal to itself
+    write(t.data)
+    assert _fingerprints([t]) != before and before[0].changed(t)
+
+
+def test_the_engine_guard_reuses_its_snapshots_and_still_sees_a_later_write():
+    # The engine overwrites the previous lot's snapshots instead of allocating new ones: a write through .data on
+    # the third lot (after two optimizer steps changed every parameter) is still refused, and none before.
+    from skdp.exceptions import UnsupportedModuleError
+
+    class LateWriter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    model = LateWriter()
+    lots = []
+
+    def per_example_loss(forward, x, y):
+        out = forward(x)
+        if torch.is_grad_enabled() and len(lots) == 2 and x.shape[0] == 16:
+            model.lin.weight.data[0, 0] += 1e-6  # .data: the version counter does not see it
+        return nn.functional.cross_entropy(out, y, reduction="none")
+
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=16,
+                         generator=torch.Generator().manual_seed(0), clipping="ghost")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    for _ in range(2):
+        engine.private_gradients(per_example_loss, (x, y))
+        opt.step()
+        lots.append(1)
+    copies = [s.host for s in engine._snapshots[0][1]]
+    with pytest.raises(UnsupportedModuleError, match="lin.weight"):
+        engine.private_gradients(per_example_loss, (x, y))
+    assert all(s.host is c for s, c in zip(engine._snapshots[0][1], copies))  # the same arrays, overwritten
+    engine.close()

@@ -241,6 +241,7 @@ class DPSGDEngine:
         self.clipping = clipping
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._ahead = None  # (future of (next lot's noise, generator copy after it), its std, state before it)
+        self._snapshots = (None, None)  # the guard's copies of the parameters and buffers, reused across lots
         # A non-private baseline (no clipping, no noise) may train any module (BatchNorm included).
         self.clipper = None if self._baseline() else self._make_clipper()
 
@@ -260,7 +261,10 @@ class DPSGDEngine:
         # ran it, the hooks' first-lot probe included.
         # ... and so is any other state a training forward leaves in the module's tree (an attribute holding
         # the lot, a buffer rebound to a running statistic): refused before anything is released.
-        params, buffers = parameter_versions(self.module), buffer_versions(self.module)
+        # The snapshots of the previous lot are done with: their copies are overwritten, not reallocated.
+        reuse = getattr(self, "_snapshots", (None, None))  # (an engine pickled before they existed has none)
+        params, buffers = self._snapshots = (parameter_versions(self.module, reuse=reuse[0]),
+                                             buffer_versions(self.module, reuse=reuse[1]))
         deep = self._deep_lots_left > 0
         state = [(m, module_state(m, deep=deep)) for m in (self.module, *self.watch)], deep
         try:
@@ -291,13 +295,14 @@ class DPSGDEngine:
     def close(self):
         """Remove the clipper's hooks from the module and drop any noise drawn ahead (call it when the fit ends)."""
         self._discard_ahead()
+        self._snapshots = (None, None)
         if self.clipper is not None:
             self.clipper.remove()
 
     def __getstate__(self):
         # Noise drawn ahead is never handed on (nor its pending draw, which cannot be copied).
         self._discard_ahead()
-        return self.__dict__.copy()
+        return {**self.__dict__, "_snapshots": (None, None)}  # the guard's copies are scratch, not state
 
     @staticmethod
     def _draw(params, std, generator):
@@ -387,13 +392,13 @@ class DPSGDEngine:
         if n and not self._baseline():
             self._deep_lots_left -= 1
         if piece_losses:
-            losses = torch.cat(piece_losses)
+            losses = piece_losses[0] if len(piece_losses) == 1 else torch.cat(piece_losses)
         if piece_norms:
-            norms = torch.cat(piece_norms)
+            norms = piece_norms[0] if len(piece_norms) == 1 else torch.cat(piece_norms)
         if not self._baseline():
             # The mechanism's exact input, the clipped sum (sensitivity C in L2), through the audit tap
             # (skdp.utils.taps: the identity outside tests and audits).
-            clipped = taps.release("dpsgd", [grads.get(p, torch.zeros_like(p)) for p in self.params],
+            clipped = taps.release("dpsgd", [grads[p] if p in grads else torch.zeros_like(p) for p in self.params],
                                    self.max_grad_norm, "l2")
             # Audit-only gradient canaries of skdp.audit (norm C each, in the lots like records): identity else.
             clipped = taps.add_gradient_canaries(self.params, clipped, self.max_grad_norm)

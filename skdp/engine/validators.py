@@ -21,7 +21,6 @@ import collections.abc
 import hashlib
 import logging
 import random
-import threading
 import types
 
 import numpy as np
@@ -183,99 +182,157 @@ def check_dp_compatible(module):
         raise UnsupportedModuleError(" ".join(problems))
 
 
-def buffer_versions(module):
-    """Fingerprints of ``module``'s buffers: version counter, storage and sums (an update changes one)."""
+def buffer_versions(module, reuse=None):
+    """Snapshots of ``module``'s buffers (see ``parameter_versions``; ``check_buffers_unchanged``)."""
     named = list(module.named_buffers())
-    return named, _fingerprints([b for _, b in named])
+    return named, _fingerprints([b for _, b in named], reuse=reuse[1] if reuse else None)
 
 
-#: Integer dtypes by element size: a tensor's bits are summed as integers of its own width.
+#: Integer dtypes by element size: a tensor's content is compared as integers of its own width.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_NP_BITS = {1: np.uint8, 2: np.int16, 4: np.int32, 8: np.int64}
+#: Dtypes whose CPU tensors numpy can view without a copy (the fast path of the snapshots).
+_NUMPY_VIEWABLE = frozenset({torch.float16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
+                             torch.int32, torch.int64, torch.bool})
 
 
-#: Per (device, number of words, thread): fixed odd int64 weights and a scratch tensor for the weighted bit sum.
-_WEIGHTS = {}
+def _host_bits(t):
+    """A strided CPU tensor's content as a numpy integer array of its element width and shape (a view, no
+    copy, any strides), or None where numpy cannot view it (another device or layout, bfloat16, complex,
+    a conjugate or negative view): those take ``_bits``."""
+    if (t.device.type != "cpu" or t.layout != torch.strided or t.dtype not in _NUMPY_VIEWABLE or t.is_neg()):
+        return None
+    return t.detach().numpy().view(_NP_BITS[t.element_size()])
 
 
-def _weighted_sum(halves):
-    """``sum_i w_i * halves_i`` modulo 2^64: fixed pseudo-random odd int64 weights, one per integer of at most
-    32 bits (``halves``: the tensor's bits as int32, int16 or uint8), widened to int64 in the product.
+def _bits(t):
+    """``t``'s content as a flat integer tensor of its element width, or None on the meta device (no content).
 
-    The plain sums are linear and blind to position: a unit moved from one element to another (one ulp, one
-    count between bins, two values swapped) keeps both. Here a move of ``u`` (``|u| < 2^32``) at position i
-    changes the sum by ``w_i * u``, never 0 modulo 2^64 for an odd ``w_i``; moves at several positions cancel
-    only by a ~2^-64 coincidence of the random weights. (Weighting whole 64-bit words instead saw their top
-    bit only through parity: an even number of sign-bit flips, an x <-> -x swap, kept every checksum; final
-    review of 2026-11-25.) The weights are not secret (this guards against modules that write by accident or
-    naively, not against code that reads the engine), and the product goes to a cached scratch tensor.
-    """
-    key = (halves.device, halves.numel(), threading.get_ident())  # a scratch per thread: engines may step at once
-    if key not in _WEIGHTS:
-        gen = torch.Generator().manual_seed(0x5EED)
-        weights = torch.randint(-2 ** 62, 2 ** 62, (halves.numel(),), generator=gen, dtype=torch.int64) * 2 + 1
-        _WEIGHTS[key] = (weights.to(halves.device), torch.empty_like(weights, device=halves.device))
-    weights, scratch = _WEIGHTS[key]
-    return torch.mul(halves, weights, out=scratch).sum(dtype=torch.int64)
-
-
-def _checksums(t):
-    """Three int64 checksums of ``t``'s content: the wrapped sum of its bits as int64 words, its sum's bits,
-    and a position-weighted sum of the words (``_weighted_sum``).
-
-    The bit sum is exact modular integer arithmetic (deterministic at any thread count; any single word
-    written changes it); the sum of the values catches writes that keep it; the weighted sum of the 32-bit
-    halves catches moves between positions that keep both (r02 of 2026-11-25: one ulp moved inside a buffer,
-    one count moved between bins; and an x <-> -x swap, final review). None allocates a copy of ``t`` per call (the earlier ``t.double().square().sum()`` did,
-    twice per lot: 1.6 MB per 200k-weight layer, 0.4 to 50 ms per lot on a busy 2-core machine).
+    A contiguous tensor gives a view (no copy); a sparse or non-contiguous one a dense copy.
     """
     d = t.detach()
+    if d.device.type == "meta":
+        return None
     if d.layout != torch.strided:  # sparse: its dense values (rare; a copy)
         d = d.to_dense()
-    bits = _BITS.get(d.element_size())
-    if d.device.type == "meta" or bits is None or d.is_complex():
-        d = (d.double() if not d.is_complex() else torch.view_as_real(d).double()).reshape(-1)
-        return torch.stack([d.sum(), d.square().sum(), _weighted_sum(d.view(torch.int32)).view(torch.float64)]
-                           ).view(torch.int64)
-    flat = d.contiguous().reshape(-1)
-    if (flat.numel() * flat.element_size()) % 8 == 0 and flat.data_ptr() % 8 == 0:
-        words = flat.view(torch.int64)  # whole 8-byte words: one pass of 64-bit additions
-    else:
-        words = flat.view(bits)
-    halves = flat.view(torch.int32) if flat.element_size() >= 4 else flat.view(bits)
-    total = flat.sum() if flat.is_floating_point() else flat.sum(dtype=torch.int64)
-    return torch.stack([words.sum(dtype=torch.int64), total.double().view(torch.int64), _weighted_sum(halves)])
+    if d.is_complex():
+        d = torch.view_as_real(d.resolve_conj())
+    d = d.resolve_neg().contiguous().reshape(-1)
+    return d.view(_BITS.get(d.element_size(), torch.uint8))
 
 
-def _fingerprints(tensors):
-    """Per tensor: version counter, storage pointer and two checksums of its content (``_checksums``).
+class _Snapshot:
+    """A tensor at one moment: its version counter, storage pointer and an exact copy of its content's bits.
 
-    The version counter misses writes through ``.data`` (``p.data.add_``, ``p.data = x``); the storage
-    pointer and the checksums catch those. The checksums are computed on each tensor's device and brought
-    to the host once per device (one synchronisation on a GPU).
+    Bits, not values: a NaN that stays the same NaN is unchanged, ``-0.0`` differs from ``0.0``, and two
+    contents match only if every bit does, whatever a write keeps (sums, positions, signs: the checksums
+    this replaced needed a position-weighted sum for moves between elements, and missed an x <-> -x swap
+    until the final review of 2026-11-25). The version counter misses writes through ``.data``
+    (``p.data.add_``, ``p.data = x``) and numpy views; the storage pointer and the bits catch those.
+
+    Cost per lot: one copy of the tensor (into ``reuse``, the previous lot's snapshot, when it fits: no
+    allocation) and one comparison, single passes over memory. On the CPU both run in numpy, on one thread
+    whatever torch's thread count (a parallel kernel waits for a descheduled worker on a busy machine);
+    elsewhere in torch on the tensor's device. ``changed`` compares a live tensor with the snapshot without
+    copying it; two snapshots compare with ``==``.
     """
+
+    __slots__ = ("version", "ptr", "host", "bits")
+
+    def __init__(self, t, reuse=None):
+        # (A sparse tensor has no single storage: its content stands for it.)
+        self.version, self.ptr = t._version, t.data_ptr() if t.layout == torch.strided else 0
+        host = _host_bits(t)
+        self.host = self.bits = None
+        if host is not None:
+            old = reuse.host if reuse is not None else None
+            if old is not None and old.shape == host.shape and old.dtype == host.dtype:
+                np.copyto(old, host)
+                self.host = old
+            else:
+                self.host = host.copy()
+            return
+        bits = _bits(t)
+        old = reuse.bits if reuse is not None else None
+        if bits is None:
+            return
+        if old is not None and old.shape == bits.shape and old.dtype == bits.dtype and old.device == bits.device:
+            self.bits = old.copy_(bits)
+        else:
+            self.bits = bits.clone()
+
+    def _header(self):
+        return self.version, self.ptr
+
+    def changed(self, t):
+        """True when ``t`` (the tensor this snapshot was taken of) moved since: version, storage or any bit."""
+        return _changed([(self, t)])[0]
+
+    def __eq__(self, other):
+        if not isinstance(other, _Snapshot):
+            return NotImplemented
+        if self._header() != other._header() or (self.host is None) != (other.host is None):
+            return False
+        if self.host is not None:
+            return self.host.shape == other.host.shape and bool(np.array_equal(self.host, other.host))
+        return not _device_bits_differ([(self.bits, other.bits)])[0]
+
+    __hash__ = None
+
+
+def _device_bits_differ(pairs):
+    """Per ``(a, b)`` pair of flat bit tensors (or Nones): True when they differ in any bit; compared on their
+    device and brought to the host once per device (one synchronisation on a GPU)."""
+    out = [False] * len(pairs)
     by_device = {}
-    for i, t in enumerate(tensors):
-        by_device.setdefault(t.device, []).append((i, _checksums(t)))
-    sums = [None] * len(tensors)
+    for i, (a, b) in enumerate(pairs):
+        if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
+            out[i] = a is not None or b is not None
+        else:
+            by_device.setdefault(a.device, []).append((i, torch.ne(a, b.to(a.device)).any()))
     for items in by_device.values():
-        host = torch.stack([v for _, v in items]).cpu().tolist()
-        for (i, _), checks in zip(items, host):
-            sums[i] = tuple(checks)
-    # (A sparse tensor has no single storage: its content checksums stand for it.)
-    return [(t._version, t.data_ptr() if t.layout == torch.strided else 0, *pair) for t, pair in zip(tensors, sums)]
+        for (i, _), differ in zip(items, torch.stack([v for _, v in items]).cpu().tolist()):
+            out[i] = bool(differ)
+    return out
 
 
-def parameter_versions(module):
-    """Fingerprints of ``module``'s parameters (see ``check_parameters_unchanged``)."""
+def _changed(pairs):
+    """Per ``(snapshot, tensor)`` pair: True when the tensor's version, storage or content moved since."""
+    out = [False] * len(pairs)
+    on_device = []
+    for i, (s, t) in enumerate(pairs):
+        if (s.version, s.ptr) != (t._version, t.data_ptr() if t.layout == torch.strided else 0):
+            out[i] = True
+        elif s.host is not None:
+            live = _host_bits(t)
+            out[i] = live is None or live.shape != s.host.shape or not bool((live == s.host).all())
+        else:
+            on_device.append((i, s.bits, _bits(t)))
+    for (i, _, _), differ in zip(on_device, _device_bits_differ([(a, b) for _, a, b in on_device])):
+        out[i] = differ
+    return out
+
+
+def _fingerprints(tensors, reuse=None):
+    """Per tensor, a ``_Snapshot``; ``reuse``: earlier snapshots whose copies may be overwritten (same shapes)."""
+    reuse = list(reuse or ())
+    return [_Snapshot(t, reuse[i] if i < len(reuse) else None) for i, t in enumerate(tensors)]
+
+
+def parameter_versions(module, reuse=None):
+    """Snapshots of ``module``'s parameters (see ``check_parameters_unchanged``).
+
+    ``reuse``: what an earlier call returned, no longer needed; its copies are overwritten instead of
+    allocating new ones (one engine keeps one set across lots).
+    """
     named = list(module.named_parameters())
-    return named, _fingerprints([p for _, p in named])
+    return named, _fingerprints([p for _, p in named], reuse=reuse[1] if reuse else None)
 
 
 def check_parameters_unchanged(module, versions):
     """Raise if computing the clipped sum wrote a parameter in place: a data-dependent change, no noise."""
     named, before = versions
-    now = _fingerprints([p for _, p in named])
-    changed = [name for (name, _), a, b in zip(named, now, before) if not _same(a, b)]
+    changed = [name for (name, p), moved in zip(named, _changed(list(zip(before, (p for _, p in named))))) if moved]
     if changed:
         raise UnsupportedModuleError(
             f"The forward pass changed parameter(s) {', '.join(map(repr, changed))} in place, from the data "
@@ -284,16 +341,10 @@ def check_parameters_unchanged(module, versions):
             "hold this lot's change: discard the model.")
 
 
-def _same(now, before):
-    # NaN sums compare unequal to themselves: a NaN parameter that stayed NaN has not changed.
-    return all(a == b or (a != a and b != b) for a, b in zip(now, before))
-
-
 def check_buffers_unchanged(module, versions):
     """Raise if a forward pass updated a buffer in place: data released without noise."""
     named, before = versions
-    now = _fingerprints([b for _, b in named])
-    changed = [name for (name, _), a, b in zip(named, now, before) if not _same(a, b)]
+    changed = [name for (name, b), moved in zip(named, _changed(list(zip(before, (b for _, b in named))))) if moved]
     if changed:
         owners = dict(module.named_modules())
         names = []
@@ -446,6 +497,8 @@ def check_state_unchanged(module, before, deep=False, owner="module"):
     without noise. Naming what changed (the attribute's path, ``owner``: "module", "criterion"), with the fix.
     """
     now = module_state(module, deep=deep)
+    if now == before:  # the common case, compared in C; the walk below names what changed
+        return
     changes = []
     for name in sorted(set(now) | set(before)):
         if name not in before or name not in now or now[name][0] != before[name][0]:
