@@ -116,6 +116,30 @@ def test_with_the_noise_off_the_residual_is_the_number_of_lots_each_canary_joine
     np.testing.assert_allclose(mode.engines[0]["residual"], joined, atol=1e-4)
 
 
+def test_a_private_search_scores_the_released_winner_s_releases_only(monkeypatch):
+    # The losing trials' releases are not covered by the search's claim (only the winner is released): their
+    # engines see canaries but must not be scored.
+    from skdp.audit import gradient
+    from skdp.model_selection import _tuning
+
+    X, y = _data()
+    search = PrivateSearchCV(DPMomentumClassifier(module="linear", classes=[0, 1], max_epochs=1, batch_size=60),
+                             {"lr": [0.1, 0.2]}, epsilon=1.0, n_trials_mean=2.0)
+    monkeypatch.setattr(_tuning, "sample_tnb", lambda *args: 3)  # the secret number of trials: 3 here
+    scored, trained = [], set()
+    original = taps._GradientCanaries.add_canaries
+
+    def counting(self, params, clipped, max_grad_norm):
+        trained.add(tuple(id(p) for p in params))
+        return original(self, params, clipped, max_grad_norm)
+    monkeypatch.setattr(taps._GradientCanaries, "add_canaries", counting)
+    monkeypatch.setattr(gradient, "_engine_scores", lambda entry: scored.append(entry) or np.zeros(8))
+    fitted, _ = gradient.fit_with_gradient_canaries(search, X, y, np.arange(8) < 4)
+    assert len(trained) == 3 and len(scored) == 1
+    winner = {id(p) for p in fitted.best_estimator_.net_.module_.parameters()}
+    assert {id(p) for p in scored[0]["params"]} <= winner
+
+
 def test_the_score_s_book_keeping_leaves_the_release_bitwise_unchanged():
     # r04's score reads the release after the noise: the engine calls the tap once more per step. A seeded fit
     # inside a canary tap where no canary is included releases bitwise what the same fit releases outside any
