@@ -365,6 +365,13 @@ NOTES = """## Settings and what dpmm reads
   released ranges. Where it is far below the non-private LR (breast cancer with the ranges of 1a8785f), the
   ranges, not the generator, cap every synthetic row; where it matches (Default), the gap between a
   generator and it is the generator's own.
+- PGE's rows were rerun after a00126e (the Gaussian module's exact-divergence loss: Default 0.893 -> 0.947,
+  2-way TV 0.206 -> 0.133; `tabular.md` says why) with the ranges of 18c5017. The marginal models were rerun
+  with those ranges on Default (all three) and credit (MST, PrivBayes; AIM, about 380 s a fit, left out);
+  breast cancer's marginal rows are at older ranges (about 14 minutes a seed for the three), so it has no
+  target row. PGE's 2-way TV on Default stays about 3x the marginal models': a class-conditional diagonal
+  Gaussian cannot hold income's two modes (students and the rest); the exact maximum-likelihood one gives
+  0.134 on a development split, a full-covariance Gaussian 0.103.
 """.splitlines()
 
 
