@@ -89,7 +89,8 @@ def test_one_stage_with_the_whole_budget_when_refined_bins_would_drown_in_noise(
         DPQuantileScaler(epsilon=0.2).fit(X)
     assert [r.mechanism for r in rec.releases] == ["public:n_samples", "gaussian:histograms"]
     assert quantiles._refine_bins(300, 30, gaussian_dp_mu(0.2, 1e-5), "auto") is None
-    assert quantiles._refine_bins(7500, 3, gaussian_dp_mu(0.2, 1e-5), "auto") == quantiles.MAX_REFINE_BINS
+    assert quantiles._refine_bins(7500, 3, gaussian_dp_mu(0.2, 1e-5), "auto") == 11  # 7500 / (16 sigma), sigma ~40
+    assert quantiles._refine_bins(75000, 3, gaussian_dp_mu(0.2, 1e-5), "auto") == quantiles.MAX_REFINE_BINS
     # Between: the most bins whose average n / bins records stands REFINE_BIN_Z two-stage noise sds out.
     mu = gaussian_dp_mu(1.0, 1e-5)
     sigma = np.sqrt(2 * 3) / mu
