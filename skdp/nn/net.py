@@ -695,6 +695,8 @@ class DPNet(NeuralNet):
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 torch.manual_seed(int(self._lot_rng.integers(2 ** 63 - 1)))
                 super().fit_loop(X, y, epochs=epochs, **fit_params)
+            for name in engines:  # state a later lot left in the module, compared in depth before any release
+                getattr(self, name).check_final_state()
             self._ema_release()
             self._set_privacy_attributes()
             return self
