@@ -205,6 +205,19 @@ def _spans(noisy, edges, sigma):
     return spans
 
 
+def _bins_from_counts(noisy, sigma):
+    """The second stage's bins under "auto": ``floor(n_hat / (REFINE_BIN_Z * sigma))``, from 8 to 32.
+
+    ``n_hat`` is the first release's noisy total per column (every record counts once in each column it
+    has a value in), so the number of bins is post-processing of a release; taken from ``n`` itself, one
+    record more crossed a boundary of the rule and moved every released quantile to another grid.
+    """
+    if sigma == 0:
+        return MAX_REFINE_BINS
+    n_hat = sum(float(h.sum()) for h in noisy) / len(noisy)
+    return int(min(max(n_hat // (REFINE_BIN_Z * sigma), REFINE_BINS), MAX_REFINE_BINS))
+
+
 def _refine_bins(n_samples, n_features, mu, refine_bins):
     """Bins of the second stage: ``refine_bins``, or with "auto" as many as the records resolve, else None.
 
@@ -212,7 +225,9 @@ def _refine_bins(n_samples, n_features, mu, refine_bins):
     ``mu**2``, which pays only if an average refined bin stands ``REFINE_MIN_Z`` noise sds out.
     Below ``REFINE_BINS`` such bins (a few hundred records over tens of columns at a small epsilon)
     one stage on the public grid with the whole budget finds the columns far more often. Above, "auto"
-    takes ``floor(n / (REFINE_BIN_Z * sigma))`` bins, from ``REFINE_BINS`` to ``MAX_REFINE_BINS``: more
+    takes ``floor(n / (REFINE_BIN_Z * sigma))`` bins, from ``REFINE_BINS`` to ``MAX_REFINE_BINS``, with
+    ``n`` estimated from the first release (:func:`_bins_from_counts`; the value returned here is only
+    the plan, ``n`` being public by skdp's convention, doc/accounting.md): more
     bins matter when the first stage keeps a noise bin beside the data (a 2-sd excursion, a few
     percent of draws): the span then covers a decade more than the data, and 8 bins over it put the
     1 % quantile half a range off (3,000 records, 3 columns, epsilon 1: a column missed by 0.35 range
@@ -290,6 +305,7 @@ def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins="auto"):
     mu = math.inf if math.isinf(epsilon) else gaussian_dp_mu(epsilon, delta)
     # The number of records is public (skdp's assumption), read through the tap so that an audit's replay
     # pins it to the recorded one and both neighbours run the same stages.
+    auto = refine_bins == "auto"
     refine_bins = _refine_bins(taps.public_count("n_samples", X.shape[0]), X.shape[1], mu, refine_bins)
     stages = 2 if refine_bins else 1
     # Each stage is sqrt(d)/sigma-GDP; the stages' mu**2 add up to mu**2 (rounded up: never below the certified noise).
@@ -298,6 +314,8 @@ def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins="auto"):
     if stages == 1:
         return quantiles_from_histograms(noisy, edges, quantiles, sigma)
     spans = _spans(noisy, edges, sigma)
+    if auto:  # how many refined bins: from the first release (post-processing), never from n itself
+        refine_bins = _bins_from_counts(noisy, sigma)
     edges = [np.linspace(lo, hi, refine_bins + 1) for lo, hi in spans]
     noisy = noisy_histograms(X, edges, sigma, rng)
     return quantiles_from_histograms(noisy, edges, quantiles, sigma, fallback=spans)
