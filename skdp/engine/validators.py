@@ -21,6 +21,7 @@ import collections.abc
 import hashlib
 import logging
 import random
+import struct
 import types
 
 import numpy as np
@@ -369,8 +370,8 @@ def _shallow(value):
     container, its length and its items' identities (an ``append`` of the lot counts as a change)."""
     if isinstance(value, torch.Tensor):
         return ("tensor", id(value), value._version, value.data_ptr() if value.layout == torch.strided else 0)
-    if isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
-        return ("value", value)
+    if isinstance(value, _SCALARS):
+        return ("value", _scalar_key(value))
     if isinstance(value, (list, tuple)):
         return ("seq", id(value), len(value), tuple(id(v) for v in value))
     if isinstance(value, dict):
@@ -381,6 +382,16 @@ def _shallow(value):
 
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _scalar_key(value):
+    """A scalar's type and exact bits: ``==`` sees ``0.0 == -0.0``, ``1 == 1.0 == True`` and NaN payloads as
+    equal, and a forward could keep one bit of the lot in any of them."""
+    if isinstance(value, float):
+        return (type(value).__qualname__, struct.pack("<d", value))
+    if isinstance(value, complex):
+        return (type(value).__qualname__, struct.pack("<dd", value.real, value.imag))
+    return (type(value).__qualname__, value)
 # Objects a forward may use without keeping data in them (randomness, logging, code): compared by identity.
 _OPAQUE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
            torch.Generator, torch.device, torch.dtype, np.random.Generator, np.random.RandomState,
@@ -411,7 +422,7 @@ def _deep(value, path, out, seen, tracked, depth=0):
     reached twice (cycles) and the ``_OPAQUE`` types.
     """
     if isinstance(value, _SCALARS):
-        out[path] = ("value", value)
+        out[path] = ("value", _scalar_key(value))
         return
     key = id(value)
     if key in tracked:
@@ -446,7 +457,7 @@ def _deep(value, path, out, seen, tracked, depth=0):
             kind, items = "object", [(f"{path}.{k}", k, v) for k, v in attrs.items()]
         # Scalar items are kept in the container's own entry (a long list of numbers is one entry), the others
         # get theirs.
-        scalars = tuple((k, v) for _, k, v in items if isinstance(v, _SCALARS))
+        scalars = tuple((k, _scalar_key(v)) for _, k, v in items if isinstance(v, _SCALARS))
         out[path] = (kind, type(value).__qualname__, key, len(items), getattr(value, "shape", None), scalars)
         for sub_path, _, v in items:
             if not isinstance(v, _SCALARS) and len(out) <= _DEEP_ENTRIES:
