@@ -113,3 +113,143 @@ def test_a_scalar_written_equal_but_not_identical_is_refused(kind):
         with pytest.raises(UnsupportedModuleError):
             DPNet(_SignBit, module__kind=kind, epsilon=1.0, batch_size=40, max_epochs=2, lr=0.1, verbose=0,
                   train_split=None).fit(X, y)
+
+
+# -- final read (/work/review_s33 "Final read") ----------------------------------------------------------------
+class _Remembers(torch.nn.Module):
+    """f07: keeps a record in a helper array written in place, uses it in later lots, erases it before the end."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.mem = np.zeros(3)  # [value, armed, forwards left]
+
+    def forward(self, x):
+        if self.training and torch.is_grad_enabled():
+            big = x[x[:, 0] > 4]
+            if len(big) and self.mem[1] == 0:
+                self.mem[:] = [float(big[0, 0]), 1.0, 3]
+            elif self.mem[1] == 1:
+                self.mem[2] -= 1
+                if self.mem[2] <= 0:
+                    self.mem[:] = 0.0
+        return self.lin(x) + float(self.mem[0])
+
+
+def test_state_kept_across_lots_and_erased_before_the_end_is_refused():
+    # f07: the end-of-fit comparison saw the erased state equal to the first; the in-place write in a lot after
+    # the second was compared by identity only. Every lot is now compared in depth.
+    X, y = _outlier_data()
+    X[17] = [5.25, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UnsupportedModuleError, match="mem"):
+            DPNet(_Remembers, epsilon=1.0, batch_size=20, max_epochs=10, lr=0.1, verbose=0,
+                  train_split=None).fit(X, y)
+
+
+def test_a_callback_that_anneals_a_module_attribute_between_epochs_is_accepted():
+    # f10: a7727f1's end-of-fit comparison refused a data-independent schedule set by a callback between epochs.
+    from skorch.callbacks import Callback
+
+    class Anneal(Callback):
+        def on_epoch_end(self, net, **kwargs):
+            net.module_.temperature *= 0.5
+
+    class Tempered(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.temperature = 1.0
+
+        def forward(self, x):
+            return self.lin(x) / self.temperature
+
+    X, y = _outlier_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = DPNet(Tempered, epsilon=1.0, batch_size=20, max_epochs=3, lr=0.1, verbose=0, train_split=None,
+                    callbacks=[Anneal()]).fit(X, y)
+    assert net.privacy_certified_ and net.module_.temperature == 0.125
+
+
+class _ClassLevelList(torch.nn.Module):
+    seen = []  # f08b: a class-level mutable default, reached through the instance
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        big = x[x.abs().max(1).values > 4]
+        if len(big):
+            self.seen.append(big[0].detach().numpy().copy())
+        return self.lin(x)
+
+
+def test_a_class_level_container_written_by_forward_is_refused():
+    # f08b: `seen = []` in the class body is not in vars(module); 4 of 4 fits were certified with the record in it.
+    X, y = _outlier_data()
+    _ClassLevelList.seen.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UnsupportedModuleError, match="seen"):
+            DPNet(_ClassLevelList, epsilon=1.0, batch_size=20, max_epochs=10, lr=0.1, verbose=0,
+                  train_split=None).fit(X, y)
+    _ClassLevelList.seen.clear()
+
+
+class _SetSign(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.marks = {0.0}
+        self.table = {0.0: "x"}
+
+    def forward(self, x):
+        hit = bool((x[:, 0] > 3).any())
+        self.marks.clear()
+        self.marks.add(-0.0 if hit else 0.0)
+        self.table.clear()
+        self.table[-0.0 if hit else 0.0] = "x"
+        return self.lin(x)
+
+
+def test_set_elements_and_dict_keys_are_compared_by_exact_bits():
+    # f09: frozenset(...) and raw dict keys compared 0.0 == -0.0: a bit of the lot left in a certified module.
+    X = np.full((40, 2), 5.0, dtype=np.float32)
+    y = np.random.default_rng(0).integers(0, 2, 40).astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UnsupportedModuleError):
+            DPNet(_SetSign, epsilon=1.0, batch_size=40, max_epochs=2, lr=0.1, verbose=0, train_split=None).fit(X, y)
+
+
+def test_an_interrupted_refit_keeps_no_earlier_certificate():
+    # f08c: skorch's partial_fit swallows a KeyboardInterrupt; the interrupted refit kept the earlier fit's
+    # privacy_certified_=True and epsilon_ while its module was another fit's.
+    from skorch.callbacks import Callback
+
+    class StopLate(Callback):
+        def __init__(self, at):
+            self.at = at
+
+        def initialize(self):
+            self.k = 0
+            return self
+
+        def on_batch_end(self, net, **kwargs):
+            self.k += 1
+            if self.k == self.at:
+                raise KeyboardInterrupt
+
+    X, y = _outlier_data()
+    X[17] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = DPNet(_KeepsOutliers, epsilon=1.0, batch_size=20, max_epochs=2, lr=0.1, verbose=0, train_split=None,
+                    callbacks=[("stop", StopLate(10 ** 9))]).fit(X, y)
+        assert net.privacy_certified_
+        net.set_params(callbacks__stop__at=5)
+        net.fit(X, y)
+    assert not getattr(net, "privacy_certified_", False)

@@ -50,9 +50,6 @@ def _noise_pool():
         return pool
 
 
-#: Lots on which the state a training forward leaves behind is compared in depth (containers, helper objects,
-#: tensors and arrays by content); later lots compare identities (``validators.module_state``).
-DEEP_STATE_LOTS = 2
 
 
 def make_clipper(module, clipping="auto"):
@@ -228,7 +225,6 @@ class DPSGDEngine:
                  generator, clipping="auto", max_physical_batch_size=None, watch=()):
         self.module = module
         self.watch = [m for m in watch if isinstance(m, torch.nn.Module) and m is not module]
-        self._deep_lots_left = DEEP_STATE_LOTS
         if max_physical_batch_size is not None and not (
                 isinstance(max_physical_batch_size, numbers.Integral) and max_physical_batch_size >= 1):
             raise ValueError(f"max_physical_batch_size must be None or an int >= 1, got "
@@ -242,7 +238,6 @@ class DPSGDEngine:
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._ahead = None  # (future of (next lot's noise, generator copy after it), its std, state before it)
         self._snapshots = (None, None)  # the guard's copies of the parameters and buffers, reused across lots
-        self._initial_state = None  # the deep state before the first lot (check_final_state)
         # A non-private baseline (no clipping, no noise) may train any module (BatchNorm included).
         self.clipper = None if self._baseline() else self._make_clipper()
 
@@ -266,10 +261,11 @@ class DPSGDEngine:
         reuse = getattr(self, "_snapshots", (None, None))  # (an engine pickled before they existed has none)
         params, buffers = self._snapshots = (parameter_versions(self.module, reuse=reuse[0]),
                                              buffer_versions(self.module, reuse=reuse[1]))
-        deep = self._deep_lots_left > 0
+        # Every lot in depth (containers, helper objects, class-level containers, tensors and arrays by content):
+        # a forward that writes a record into a helper array in place on a later lot, uses it, and erases it
+        # before the fit ends shows only on the lot it writes (review_s33 r06, f07).
+        deep = True
         state = [(m, module_state(m, deep=deep)) for m in (self.module, *self.watch)], deep
-        if deep and getattr(self, "_initial_state", None) is None:
-            self._initial_state = state[0]  # compared in depth again when the fit ends (check_final_state)
         try:
             # The whole lot for the hooks' first-lot probe, whatever the piece: it needs several examples.
             out = self.clipper.clipped_sum(per_example_loss, inputs, self.max_grad_norm, probe_inputs=lot)
@@ -295,36 +291,17 @@ class DPSGDEngine:
         for m, before in states:
             check_state_unchanged(m, before, deep=deep, owner="module" if m is self.module else "criterion")
 
-    def check_final_state(self):
-        """Compare, in depth, the module's state after the last lot with its state before the first.
-
-        Lots after the first ``DEEP_STATE_LOTS`` compare identities only (cheap), so a forward that writes a
-        helper array in place only when a rare record shows up in a later lot would pass them; this one deep
-        comparison when the fit ends (before anything is released) catches it. The train/eval mode is not
-        compared (validation switches it between lots). Raises ``UnsupportedModuleError`` naming what changed.
-        """
-        initial = getattr(self, "_initial_state", None)
-        if initial is None:
-            return
-        for m, before in initial:
-            check_state_unchanged(m, before, deep=True, owner="module" if m is self.module else "criterion",
-                                  compare_mode=False)
-
     def close(self):
         """Remove the clipper's hooks from the module and drop any noise drawn ahead (call it when the fit ends)."""
         self._discard_ahead()
         self._snapshots = (None, None)
-        self._initial_state = None
         if self.clipper is not None:
             self.clipper.remove()
 
     def __getstate__(self):
         # Noise drawn ahead is never handed on (nor its pending draw, which cannot be copied).
         self._discard_ahead()
-        # The guard's copies are scratch, not state; the deep state before the first lot holds identities
-        # that do not survive a copy, so a restored engine takes it again on its next lots, in depth.
-        return {**self.__dict__, "_snapshots": (None, None), "_initial_state": None,
-                "_deep_lots_left": DEEP_STATE_LOTS}
+        return {**self.__dict__, "_snapshots": (None, None)}  # the guard's copies are scratch, not state
 
     @staticmethod
     def _draw(params, std, generator):
@@ -411,8 +388,6 @@ class DPSGDEngine:
                 piece_norms.append(piece_norm)
             for p, g in pairs:
                 grads[p] = grads[p] + g if p in grads else g
-        if n and not self._baseline():
-            self._deep_lots_left -= 1
         if piece_losses:
             losses = piece_losses[0] if len(piece_losses) == 1 else torch.cat(piece_losses)
         if piece_norms:

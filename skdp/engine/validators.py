@@ -375,7 +375,7 @@ def _shallow(value):
     if isinstance(value, (list, tuple)):
         return ("seq", id(value), len(value), tuple(id(v) for v in value))
     if isinstance(value, dict):
-        return ("map", id(value), len(value), tuple((k, id(v)) for k, v in value.items()))
+        return ("map", id(value), len(value), tuple((_key(k), id(v)) for k, v in value.items()))
     if isinstance(value, (set, frozenset)):
         return ("set", id(value), len(value))
     return ("object", id(value))
@@ -392,12 +392,17 @@ def _scalar_key(value):
     if isinstance(value, complex):
         return (type(value).__qualname__, struct.pack("<dd", value.real, value.imag))
     return (type(value).__qualname__, value)
+
+
+def _key(value):
+    """A set element or a dict key: scalars by type and exact bits (``{0.0} == {-0.0}``), the rest as they are."""
+    return _scalar_key(value) if isinstance(value, _SCALARS) else value
 # Objects a forward may use without keeping data in them (randomness, logging, code): compared by identity.
 _OPAQUE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
            torch.Generator, torch.device, torch.dtype, np.random.Generator, np.random.RandomState,
            np.random.BitGenerator, np.random.SeedSequence, random.Random, logging.Logger, logging.LoggerAdapter,
            logging.Handler)
-# Bounds of one deep walk (it runs on a fit's first lots only): deeper or further, compared by identity.
+# Bounds of one deep walk (it runs on every lot): deeper or further, compared by identity.
 _DEEP_DEPTH, _DEEP_ENTRIES = 16, 100_000
 
 
@@ -441,7 +446,7 @@ def _deep(value, path, out, seen, tracked, depth=0):
     elif isinstance(value, np.generic):
         out[path] = ("value", value.dtype.str, value.tobytes())
     elif isinstance(value, (collections.abc.Set, frozenset)):
-        out[path] = ("set", type(value).__qualname__, key, frozenset(value))
+        out[path] = ("set", type(value).__qualname__, key, frozenset(_key(v) for v in value))
     else:
         if isinstance(value, collections.abc.Mapping):
             kind, items = "map", [(f"{path}[{k!r}]", k, v) for k, v in list(value.items())]
@@ -457,7 +462,7 @@ def _deep(value, path, out, seen, tracked, depth=0):
             kind, items = "object", [(f"{path}.{k}", k, v) for k, v in attrs.items()]
         # Scalar items are kept in the container's own entry (a long list of numbers is one entry), the others
         # get theirs.
-        scalars = tuple((k, _scalar_key(v)) for _, k, v in items if isinstance(v, _SCALARS))
+        scalars = tuple((_key(k), _scalar_key(v)) for _, k, v in items if isinstance(v, _SCALARS))
         out[path] = (kind, type(value).__qualname__, key, len(items), getattr(value, "shape", None), scalars)
         for sub_path, _, v in items:
             if not isinstance(v, _SCALARS) and len(out) <= _DEEP_ENTRIES:
@@ -470,10 +475,10 @@ def module_state(module, deep=False):
     Parameters and buffers are compared by identity here (``p.data`` writes by the fingerprints above):
     ``self.running_mean = 0.9 * self.running_mean + 0.1 * x.mean(0)`` rebinds a buffer to a new tensor,
     and ``self.last_lot = x.detach()`` adds an attribute; both carry the data out of the step unnoised.
-    ``deep=False``: each attribute's identity, a tensor's version, a container's length and items (cheap,
-    every lot). ``deep=True`` (a fit's first lots): everything reachable from the attributes, tensors and
-    arrays by content (:func:`_deep`), so that a deque of recent lots, a helper object's running mean, a
-    tensor in a dict or an array written in place show.
+    ``deep=False``: each attribute's identity, a tensor's version, a container's length and items (cheap).
+    ``deep=True`` (the engine, every lot): everything reachable from the attributes and from the user's
+    classes' container attributes, tensors and arrays by content (:func:`_deep`), so that a deque of recent
+    lots, a helper object's running mean, a tensor in a dict or an array written in place show.
     """
     state = {}
     tracked = seen = None
@@ -493,6 +498,18 @@ def module_state(module, deep=False):
                 _deep(v, k, attrs, seen, tracked)
             else:
                 attrs[k] = _shallow(v)
+        if deep and not own:
+            # Class-level values a forward reaches through the instance (``seen = []`` in the class body,
+            # ``self.seen.append(...)``): containers and arrays of the user's classes, not methods or descriptors.
+            for cls in type(sub).__mro__:
+                if cls.__module__.startswith(("torch.", "builtins")):
+                    continue
+                for k, v in vars(cls).items():
+                    if (k.startswith("__") or k in attrs or f"class:{k}" in attrs or k in vars(sub)
+                            or callable(v) or isinstance(v, (staticmethod, classmethod, property))
+                            or hasattr(type(v), "__get__")):
+                        continue
+                    _deep(v, f"class:{k}", attrs, seen, tracked)
         for registry in _REGISTRIES:
             attrs[registry] = tuple((k, id(v)) for k, v in getattr(sub, registry).items())
         attrs["training"] = ("value", sub.training)

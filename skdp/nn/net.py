@@ -670,6 +670,11 @@ class DPNet(NeuralNet):
         # The augmentation's shifts and flips: from the fit's fresh entropy too, dropped with it.
         self._augment_gen = torch_generator(self._lot_rng) if self.augment is not None else None
         self._private_log = {}
+        if hasattr(self, "privacy_certified_"):
+            # Until this fit completes, no earlier fit's certificate speaks for the module (skorch's partial_fit
+            # returns after a KeyboardInterrupt, with the module of an interrupted fit: review_s33 f08).
+            self.privacy_certified_ = False
+            self.privacy_notes_ = ("the last fit did not complete (interrupted): its module is not certified",)
         engines = []
         try:
             # The engines check the module (skdp.nn.check_module: examples mixed, unsupported layers) before
@@ -695,8 +700,6 @@ class DPNet(NeuralNet):
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 torch.manual_seed(int(self._lot_rng.integers(2 ** 63 - 1)))
                 super().fit_loop(X, y, epochs=epochs, **fit_params)
-            for name in engines:  # state a later lot left in the module, compared in depth before any release
-                getattr(self, name).check_final_state()
             self._ema_release()
             self._set_privacy_attributes()
             return self
