@@ -253,3 +253,60 @@ def test_an_interrupted_refit_keeps_no_earlier_certificate():
         net.set_params(callbacks__stop__at=5)
         net.fit(X, y)
     assert not getattr(net, "privacy_certified_", False)
+
+
+# -- last read (/work/review_s33 "Last read") ------------------------------------------------------------------
+class _RunningMax:
+    """A callable helper keeping the running max of |x| (g01 a)."""
+
+    def __init__(self):
+        self.hi = np.zeros(2)
+
+    def __call__(self, x):
+        np.maximum(self.hi, x.detach().abs().max(0).values.numpy(), out=self.hi)
+        return x
+
+
+class _CallableAtClassLevel(torch.nn.Module):
+    track = _RunningMax()
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.lin(self.track(x))
+
+
+class _Recorder:
+    seen = []
+
+    def add(self, value):
+        self.seen.append(value)
+
+
+class _HelperWithClassList(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.rec = _Recorder()
+
+    def forward(self, x):
+        big = x[x.abs().max(1).values > 4]
+        if len(big):
+            self.rec.add(big[0].detach().numpy().copy())
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("module", [_CallableAtClassLevel, _HelperWithClassList])
+def test_class_level_state_of_callable_helpers_and_of_helpers_classes_is_refused(module):
+    # g01: the class-level walk skipped every callable (a helper object with __call__), and helpers' own classes
+    # were never walked (`seen = []` in a helper's class body): both certified with the record inside.
+    X, y = _outlier_data()
+    _Recorder.seen.clear()
+    _CallableAtClassLevel.track.hi[:] = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UnsupportedModuleError):
+            DPNet(module, epsilon=1.0, batch_size=20, max_epochs=10, lr=0.1, verbose=0, train_split=None).fit(X, y)
+    _Recorder.seen.clear()

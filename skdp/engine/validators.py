@@ -19,9 +19,11 @@ update buffers in the forward are caught at run time by
 """
 import collections.abc
 import hashlib
+import inspect
 import logging
 import random
 import struct
+import sys
 import types
 
 import numpy as np
@@ -394,6 +396,31 @@ def _scalar_key(value):
     return (type(value).__qualname__, value)
 
 
+#: Top-level packages whose classes hold no data of a fit at class level (their class attributes are not walked).
+_LIBRARY_PACKAGES = frozenset({"builtins", "torch", "numpy", "scipy", "sklearn", "skorch", "pandas", "joblib",
+                               "typing_extensions"}) | frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def _class_values(cls, instance_attrs):
+    """The class-level values of ``cls`` and its bases defined outside the libraries, that an instance reaches.
+
+    Methods, functions, descriptors (properties, ``staticmethod``, ``classmethod``), classes, modules and
+    dunder names are code, not state; names the instance shadows are skipped. A helper object with
+    ``__call__`` or a container is state.
+    """
+    out = {}
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in _LIBRARY_PACKAGES:
+            continue
+        for k, v in vars(klass).items():
+            if (k.startswith("__") or k in out or k in instance_attrs or inspect.isroutine(v)
+                    or isinstance(v, (staticmethod, classmethod, property, type, types.ModuleType))
+                    or hasattr(type(v), "__get__")):
+                continue
+            out[k] = v
+    return out
+
+
 def _key(value):
     """A set element or a dict key: scalars by type and exact bits (``{0.0} == {-0.0}``), the rest as they are."""
     return _scalar_key(value) if isinstance(value, _SCALARS) else value
@@ -459,6 +486,8 @@ def _deep(value, path, out, seen, tracked, depth=0):
                 for slot in getattr(cls, "__slots__", ()):
                     if slot not in ("__dict__", "__weakref__") and hasattr(value, slot):
                         attrs[slot] = getattr(value, slot)
+            # ... and its class's values (a helper whose class body holds ``seen = []``).
+            attrs.update({f"class:{k}": v for k, v in _class_values(type(value), attrs).items()})
             kind, items = "object", [(f"{path}.{k}", k, v) for k, v in attrs.items()]
         # Scalar items are kept in the container's own entry (a long list of numbers is one entry), the others
         # get theirs.
@@ -500,15 +529,9 @@ def module_state(module, deep=False):
                 attrs[k] = _shallow(v)
         if deep and not own:
             # Class-level values a forward reaches through the instance (``seen = []`` in the class body,
-            # ``self.seen.append(...)``): containers and arrays of the user's classes, not methods or descriptors.
-            for cls in type(sub).__mro__:
-                if cls.__module__.startswith(("torch.", "builtins")):
-                    continue
-                for k, v in vars(cls).items():
-                    if (k.startswith("__") or k in attrs or f"class:{k}" in attrs or k in vars(sub)
-                            or callable(v) or isinstance(v, (staticmethod, classmethod, property))
-                            or hasattr(type(v), "__get__")):
-                        continue
+            # ``self.seen.append(...)``, a helper object with ``__call__``).
+            for k, v in _class_values(type(sub), vars(sub)).items():
+                if f"class:{k}" not in attrs:
                     _deep(v, f"class:{k}", attrs, seen, tracked)
         for registry in _REGISTRIES:
             attrs[registry] = tuple((k, id(v)) for k, v in getattr(sub, registry).items())
