@@ -1,4 +1,5 @@
 """Attacker's read of session 33 (/work/review_s33): each finding's failing test, kept."""
+import functools
 import warnings
 
 import numpy as np
@@ -310,3 +311,67 @@ def test_class_level_state_of_callable_helpers_and_of_helpers_classes_is_refused
         with pytest.raises(UnsupportedModuleError):
             DPNet(module, epsilon=1.0, batch_size=20, max_epochs=10, lr=0.1, verbose=0, train_split=None).fit(X, y)
     _Recorder.seen.clear()
+
+
+class _MaxKeeper:
+    def __init__(self):
+        self.hi = np.zeros(2)
+
+    def update(self, x):
+        np.maximum(self.hi, x.detach().abs().max(0).values.numpy(), out=self.hi)
+        return x
+
+    __call__ = update
+
+
+def _keep(store, x):
+    big = x[x.abs().max(1).values > 4]
+    if len(big):
+        store.append(big[0].detach().numpy().copy())
+    return x
+
+
+class _WrappedBase(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+
+class _BoundMethod(_WrappedBase):
+    track = _MaxKeeper().update
+
+    def forward(self, x):
+        return self.lin(self.track(x))
+
+
+class _Partial(_WrappedBase):
+    keep = functools.partial(_keep, [])
+
+    def forward(self, x):
+        return self.lin(self.keep(x))
+
+
+class _StaticCallable(_WrappedBase):
+    track = staticmethod(_MaxKeeper())
+
+    def forward(self, x):
+        return self.lin(self.track(x))
+
+
+class _NestedClass(_WrappedBase):
+    class Memo:
+        seen = []
+
+    def forward(self, x):
+        return self.lin(_keep(self.Memo.seen, x))
+
+
+@pytest.mark.parametrize("module", [_BoundMethod, _Partial, _StaticCallable, _NestedClass])
+def test_class_level_state_behind_wrappers_is_refused(module):
+    # h01: a bound method of a helper, a functools.partial holding a list, a staticmethod-wrapped callable helper
+    # and a nested class's list were skipped by the class-level walk: certified with the record inside.
+    X, y = _outlier_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UnsupportedModuleError):
+            DPNet(module, epsilon=1.0, batch_size=20, max_epochs=10, lr=0.1, verbose=0, train_split=None).fit(X, y)

@@ -18,6 +18,7 @@ update buffers in the forward are caught at run time by
 ``buffer_versions``/``check_buffers_unchanged``.
 """
 import collections.abc
+import functools
 import hashlib
 import inspect
 import logging
@@ -413,12 +414,30 @@ def _class_values(cls, instance_attrs):
         if klass.__module__.split(".")[0] in _LIBRARY_PACKAGES:
             continue
         for k, v in vars(klass).items():
-            if (k.startswith("__") or k in out or k in instance_attrs or inspect.isroutine(v)
-                    or isinstance(v, (staticmethod, classmethod, property, type, types.ModuleType))
-                    or hasattr(type(v), "__get__")):
+            if k.startswith("__") or k in out or k in instance_attrs:
                 continue
-            out[k] = v
+            v = _unwrap(v)
+            if v is not None:
+                out[k] = v
     return out
+
+
+def _unwrap(value):
+    """What state a class-level value holds, or None for code: a wrapped callable object, a bound method's
+    object, a partial's arguments, a nested class's own values (review_s33 h01)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, types.MethodType):
+        return None if isinstance(value.__self__, type) else value.__self__
+    if isinstance(value, functools.partial):
+        return (value.func, value.args, value.keywords)
+    if isinstance(value, type):
+        nested = value.__module__.split(".")[0] not in _LIBRARY_PACKAGES
+        return _class_values(value, {}) if nested and value.__qualname__.count(".") else None
+    if (inspect.isroutine(value) or isinstance(value, (property, types.ModuleType))
+            or hasattr(type(value), "__get__")):
+        return None
+    return value
 
 
 def _key(value):
