@@ -257,19 +257,21 @@ def test_an_interrupted_refit_keeps_no_earlier_certificate():
 
 
 # -- last read (/work/review_s33 "Last read") ------------------------------------------------------------------
-class _RunningMax:
-    """A callable helper keeping the running max of |x| (g01 a)."""
+class _MaxKeeper:
+    """A callable helper keeping the running max of |x| (g01 a, h01)."""
 
     def __init__(self):
         self.hi = np.zeros(2)
 
-    def __call__(self, x):
+    def update(self, x):
         np.maximum(self.hi, x.detach().abs().max(0).values.numpy(), out=self.hi)
         return x
 
+    __call__ = update
+
 
 class _CallableAtClassLevel(torch.nn.Module):
-    track = _RunningMax()
+    track = _MaxKeeper()
 
     def __init__(self):
         super().__init__()
@@ -311,17 +313,6 @@ def test_class_level_state_of_callable_helpers_and_of_helpers_classes_is_refused
         with pytest.raises(UnsupportedModuleError):
             DPNet(module, epsilon=1.0, batch_size=20, max_epochs=10, lr=0.1, verbose=0, train_split=None).fit(X, y)
     _Recorder.seen.clear()
-
-
-class _MaxKeeper:
-    def __init__(self):
-        self.hi = np.zeros(2)
-
-    def update(self, x):
-        np.maximum(self.hi, x.detach().abs().max(0).values.numpy(), out=self.hi)
-        return x
-
-    __call__ = update
 
 
 def _keep(store, x):

@@ -89,14 +89,18 @@ def test_one_stage_with_the_whole_budget_when_refined_bins_would_drown_in_noise(
         DPQuantileScaler(epsilon=0.2).fit(X)
     assert [r.mechanism for r in rec.releases] == ["public:n_samples", "gaussian:histograms"]
     assert quantiles._refine_bins(300, 30, gaussian_dp_mu(0.2, 1e-5), "auto") is None
-    assert quantiles._refine_bins(7500, 3, gaussian_dp_mu(0.2, 1e-5), "auto") == 11  # 7500 / (16 sigma), sigma ~40
-    assert quantiles._refine_bins(75000, 3, gaussian_dp_mu(0.2, 1e-5), "auto") == quantiles.MAX_REFINE_BINS
-    # Between: the most bins whose average n / bins records stands REFINE_BIN_Z two-stage noise sds out.
+    assert quantiles._refine_bins(7500, 3, gaussian_dp_mu(0.2, 1e-5), "auto") is True
     mu = gaussian_dp_mu(1.0, 1e-5)
     sigma = np.sqrt(2 * 3) / mu
-    assert quantiles._refine_bins(int(np.ceil(12 * quantiles.REFINE_BIN_Z * sigma)), 3, mu, "auto") == 12
-    assert quantiles._refine_bins(int(np.ceil(8 * quantiles.REFINE_MIN_Z * sigma)), 3, mu, "auto") == 8
+    assert quantiles._refine_bins(int(np.ceil(8 * quantiles.REFINE_MIN_Z * sigma)), 3, mu, "auto") is True
     assert quantiles._refine_bins(int(np.ceil(8 * quantiles.REFINE_MIN_Z * sigma)) - 1, 3, mu, "auto") is None
+    # The number of bins: the most whose average, n_hat / bins records, stands REFINE_BIN_Z noise sds out, where
+    # n_hat is the first release's noisy total per column (never n itself).
+    def bins(total):
+        return quantiles._bins_from_counts([np.full(10, total / 10), np.full(4, total / 4)], sigma)
+    assert bins(12.5 * quantiles.REFINE_BIN_Z * sigma) == 12
+    assert bins(3 * quantiles.REFINE_BIN_Z * sigma) == quantiles.REFINE_BINS
+    assert bins(1e9) == quantiles.MAX_REFINE_BINS
     assert quantiles._refine_bins(300, 30, gaussian_dp_mu(0.2, 1e-5), 8) == 8  # given: kept
 
 

@@ -559,18 +559,14 @@ def module_state(module, deep=False):
     return state
 
 
-def check_state_unchanged(module, before, deep=False, owner="module", compare_mode=True):
+def check_state_unchanged(module, before, deep=False, owner="module"):
     """Raise ``UnsupportedModuleError`` if a training forward changed the state of ``module``'s tree.
 
     Whatever a forward stores (a new attribute, a buffer or parameter replaced, a tensor attribute written,
     a list it appends to; with ``deep``, anything reachable written in place) is released with the model
     without noise. Naming what changed (the attribute's path, ``owner``: "module", "criterion"), with the fix.
-    ``compare_mode=False`` leaves the train/eval mode out (states taken lots apart, validation between them).
     """
     now = module_state(module, deep=deep)
-    if not compare_mode:
-        before = {name: (ident, {**attrs, "training": None}) for name, (ident, attrs) in before.items()}
-        now = {name: (ident, {**attrs, "training": None}) for name, (ident, attrs) in now.items()}
     if now == before:  # the common case, compared in C; the walk below names what changed
         return
     changes = []

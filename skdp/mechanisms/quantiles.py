@@ -211,6 +211,15 @@ def _bins_from_counts(noisy, sigma):
     ``n_hat`` is the first release's noisy total per column (every record counts once in each column it
     has a value in), so the number of bins is post-processing of a release; taken from ``n`` itself, one
     record more crossed a boundary of the rule and moved every released quantile to another grid.
+
+    More bins matter when the first stage keeps a noise bin beside the data (a 2-sd excursion, a few
+    percent of draws): the span then covers a decade more than the data, and 8 bins over it put the
+    1 % quantile half a range off (3,000 records, 3 columns, epsilon 1: a column missed by 0.35 range
+    widths in 1.2 % of column-draws with 8 bins, 0.2 % with this rule). Bins with fewer records lose a
+    skewed column's sparse tail under the 2-sd extension level: with ``REFINE_MIN_Z`` (2) in place of
+    ``REFINE_BIN_Z`` the share of credit_data's values inside the released ranges fell from 0.75 to
+    0.62 at epsilon 0.2 (a development split of its training part); with 16 it is 0.75, and breast
+    cancer's training part is unchanged (0.77 / 0.96 at epsilon 0.2 / 1).
     """
     if sigma == 0:
         return MAX_REFINE_BINS
@@ -219,32 +228,20 @@ def _bins_from_counts(noisy, sigma):
 
 
 def _refine_bins(n_samples, n_features, mu, refine_bins):
-    """Bins of the second stage: ``refine_bins``, or with "auto" as many as the records resolve, else None.
+    """Whether there is a second stage: ``refine_bins`` as given, or with "auto" True or None.
 
     A public rule (n, the number of columns and the budget): a second stage halves each stage's
-    ``mu**2``, which pays only if an average refined bin stands ``REFINE_MIN_Z`` noise sds out.
-    Below ``REFINE_BINS`` such bins (a few hundred records over tens of columns at a small epsilon)
-    one stage on the public grid with the whole budget finds the columns far more often. Above, "auto"
-    takes ``floor(n / (REFINE_BIN_Z * sigma))`` bins, from ``REFINE_BINS`` to ``MAX_REFINE_BINS``, with
-    ``n`` estimated from the first release (:func:`_bins_from_counts`; the value returned here is only
-    the plan, ``n`` being public by skdp's convention, doc/accounting.md): more
-    bins matter when the first stage keeps a noise bin beside the data (a 2-sd excursion, a few
-    percent of draws): the span then covers a decade more than the data, and 8 bins over it put the
-    1 % quantile half a range off (3,000 records, 3 columns, epsilon 1: a column missed by 0.35 range
-    widths in 1.2 % of column-draws with 8 bins, 0.2 % with this rule). Bins with fewer records
-    lose a skewed column's sparse tail under the 2-sd extension level: with ``REFINE_MIN_Z`` (2) in
-    place of ``REFINE_BIN_Z`` the share of credit_data's values inside the released ranges fell
-    from 0.75 to 0.62 at epsilon 0.2 (a development split of its training part); with 16 it is 0.75,
-    and breast cancer's training part is unchanged (0.77 / 0.96 at epsilon 0.2 / 1).
+    ``mu**2``, which pays only if ``REFINE_BINS`` bins' average, ``n / REFINE_BINS`` records, stands
+    ``REFINE_MIN_Z`` noise sds out. Below that (a few hundred records over tens of columns at a small
+    epsilon) one stage on the public grid with the whole budget finds the columns far more often.
+    Under "auto" the number of bins is then read from the first release (:func:`_bins_from_counts`).
     """
     if refine_bins != "auto":
         return refine_bins
     if math.isinf(mu):
-        return MAX_REFINE_BINS
+        return True
     sigma_two_stages = math.sqrt(2 * n_features) / mu
-    if n_samples / REFINE_BINS < REFINE_MIN_Z * sigma_two_stages:
-        return None
-    return int(min(max(n_samples // (REFINE_BIN_Z * sigma_two_stages), REFINE_BINS), MAX_REFINE_BINS))
+    return True if n_samples / REFINE_BINS >= REFINE_MIN_Z * sigma_two_stages else None
 
 
 def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins="auto"):
@@ -306,8 +303,7 @@ def dp_quantiles(X, quantiles, edges, epsilon, delta, rng, refine_bins="auto"):
     # The number of records is public (skdp's assumption), read through the tap so that an audit's replay
     # pins it to the recorded one and both neighbours run the same stages.
     auto = refine_bins == "auto"
-    refine_bins = _refine_bins(taps.public_count("n_samples", X.shape[0]), X.shape[1], mu, refine_bins)
-    stages = 2 if refine_bins else 1
+    stages = 2 if _refine_bins(taps.public_count("n_samples", X.shape[0]), X.shape[1], mu, refine_bins) else 1
     # Each stage is sqrt(d)/sigma-GDP; the stages' mu**2 add up to mu**2 (rounded up: never below the certified noise).
     sigma = 0.0 if math.isinf(mu) else math.sqrt(stages * X.shape[1]) / mu * (1 + 1e-9)
     noisy = noisy_histograms(X, edges, sigma, rng)
