@@ -346,8 +346,8 @@ def test_pge_gaussian_fit_is_not_bent_by_clipping():
     df = pd.DataFrame({"flag": np.where(rng.random(600) < 0.25, "yes", "no"), "x": rng.normal(50, 10, 600)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)  # epsilon=inf: no noise, said once
-        gen = PGEGenerator(epsilon=np.inf, module="gaussian", categories={"flag": ["no", "yes"]},
-                           bounds={"x": (0, 100)}).fit(df)
+        gen = PGEGenerator(epsilon=np.inf, module="gaussian", categories={"flag": ["no", "yes"]}, cells=None,
+                           bounds={"x": (0, 100)}).fit(df)  # the category as one-hot coordinates of the model
     Z = gen.codec_.transform(df)
     module = gen.net_.module_
     mean, sd = module.mean[0].detach().numpy(), module.log_var[0].detach().exp().sqrt().numpy()
@@ -394,3 +394,114 @@ def test_pge_table_neighbour_replays_to_the_same_model():
         with insecure_noise_seed(0), taps.replaying(rec.releases):
             second.fit(pd.concat([df, extra], ignore_index=True), np.r_[y, 1])
     assert not _differences(first, second)
+
+
+# -- PGEGenerator's cells: the model conditioned on the joint categories of public columns ---------------
+def _cells_neighbours(gen, df, y, extra, extra_y):
+    from test_sensitivity_harness import _differences
+    import pandas as pd
+
+    first, second = clone(gen), clone(gen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with insecure_noise_seed(0), taps.recording() as rec:
+            first.fit(df, y)
+        with insecure_noise_seed(0), taps.replaying(rec.releases):
+            second.fit(pd.concat([df, extra], ignore_index=True), None if y is None else np.r_[y, extra_y])
+    return first, second, rec, _differences(first, second)
+
+
+@pytest.mark.parametrize("classes", [[0, 1], None])
+def test_pge_cells_neighbour_replays_to_the_same_model(classes):
+    # A record in a rare cell (blue, label 1) moves one count of the joint table by 1 and the clipped sum
+    # by at most C: replayed within those, the neighbour's model is the same in every attribute.
+    df = _mixed_frame(80)
+    y = None if classes is None else np.arange(80) % 2
+    extra = df.iloc[:1].assign(age=100, income=1e4, colour="blue")
+    gen = _pge(epsilon=2.0, classes=classes, cells=["colour"], random_state=0, **PUBLIC)
+    first, _, rec, differences = _cells_neighbours(gen, df, y, extra, 1)
+    assert first.cell_columns_ == ["colour"] and first.cell_prior_.shape == (len(classes or [0]), 3)
+    assert any(r.mechanism == "laplace:class_counts" for r in rec.releases)
+    assert not differences
+
+
+def test_pge_cells_auto_reads_the_public_count_only():
+    # "auto" takes cells while n / 100 allows them; n is public (the replay hands the neighbour the recorded
+    # count), so a neighbour across a multiple of 100 keeps the same cells and the same model.
+    df = _mixed_frame(300)
+    extra = df.iloc[:1].assign(colour="blue")
+    gen = _pge(epsilon=2.0, random_state=0, **PUBLIC)
+    first, second, _, differences = _cells_neighbours(gen, df.iloc[:299], None, extra, None)
+    assert first.cell_columns_ == [] and second.cell_columns_ == [] and not differences  # n = 299: cap 2 < 3
+    first, second, _, differences = _cells_neighbours(gen, df, None, extra, None)
+    assert first.cell_columns_ == ["colour"] == second.cell_columns_ and not differences
+
+
+@pytest.mark.parametrize("classes", [[0, 1], None])
+def test_pge_cells_plan_matches_the_certified_spend(classes):
+    # The plan (public quantities only) must foresee the counts' release: a search or a pipeline's plan
+    # prices the fit before it runs.
+    df = _mixed_frame(600)  # cap 6 cells: 2 classes x 3 colours
+    y = None if classes is None else np.arange(600) % 2
+    gen = _pge(epsilon=1.0, classes=classes, **PUBLIC)
+    planned = gen._planned_privacy(len(df))
+    costs = gen._planned_costs(len(df))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        gen.fit(df, y)
+    assert gen.cell_columns_ == ["colour"] and gen.privacy_certified_
+    assert planned[0] == pytest.approx(gen.epsilon_, rel=1e-9) and planned[1] == gen.delta_
+    assert len(costs) == 2 and costs[1].epsilon == pytest.approx(0.05)  # the counts' pure release
+    ledger = BudgetLedger()
+    clone(gen).set_params(ledger=ledger).fit(df, y)
+    assert [round(s, 9) for s in sorted(ledger.to_frame()["epsilon"])][0] == pytest.approx(0.05)
+
+
+def test_pge_cells_condition_the_numbers_on_the_categories():
+    # income is about 50 for red and 20 otherwise. Conditioned on the colour's cell, the samples keep that;
+    # the one-hot coordinates of a diagonal Gaussian cannot (each coordinate is drawn alone).
+    from skdp.generative import PGEGenerator
+
+    df = _mixed_frame(1000)
+    means = {}
+    for cells in ("auto", None):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyLeakWarning)
+            gen = PGEGenerator(epsilon=np.inf, module="gaussian", max_epochs=10, lr=0.05, cells=cells,
+                               **PUBLIC).fit(df)
+        sample = gen.sample(2000, random_state=0)
+        means[cells] = sample.groupby("colour")["income"].mean()
+    assert gen.cell_columns_ == [] and means["auto"]["red"] - means["auto"]["green"] > 20, means
+    assert abs(means[None]["red"] - means[None]["green"]) < 10, means
+
+
+def test_pge_cells_given_labels_draw_cells_of_their_class():
+    # colour depends on the label: sample(y=...) must draw each record's cell from its class's row.
+    import pandas as pd
+    from skdp.generative import PGEGenerator
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 1000)
+    df = pd.DataFrame({"colour": np.where(y == 1, "red", np.where(rng.random(1000) < 0.5, "green", "blue")),
+                       "x": rng.normal(50, 10, 1000)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)
+        gen = PGEGenerator(epsilon=np.inf, module="gaussian", max_epochs=2, classes=[0, 1],
+                           categories={"colour": ["red", "green", "blue"]}, bounds={"x": (0, 100)}).fit(df, y)
+    assert gen.cell_columns_ == ["colour"]
+    np.testing.assert_allclose(gen.class_prior_, np.bincount(y) / 1000, atol=1e-9)
+    labels = np.repeat([0, 1], 500)
+    sample, got = gen.sample(1000, y=labels, random_state=0)
+    assert (np.asarray(got) == labels).all()
+    assert (sample["colour"][labels == 1] == "red").all() and not (sample["colour"][labels == 0] == "red").any()
+    unlabelled, drawn = gen.sample(2000, random_state=0)
+    drawn = np.asarray(drawn)
+    assert (unlabelled["colour"][drawn == 1] == "red").all() and abs(drawn.mean() - y.mean()) < 0.05
+
+
+def test_pge_cells_errors_name_the_problem():
+    df = _mixed_frame(100)
+    with pytest.raises(ValueError, match=r"cells=\['size'\] must name distinct keys of categories"):
+        _pge(cells=["size"], **PUBLIC).fit(df)
+    with pytest.raises(ValueError, match="DataFrame"):
+        _pge(cells=["colour"], categories={"colour": ["a"]}, bounds=(0, 1)).fit(np.zeros((10, 2)))

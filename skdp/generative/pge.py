@@ -30,6 +30,10 @@ from .networks import GaussianScore, ScoreCNN, ScoreMLP
 COUNT_SHARE = 0.05
 # Chains sampled together.
 SAMPLE_CHUNK = 4096
+# cells="auto": at least this many records per cell on average (n is public); chosen on development splits
+# (the benchmark's training parts split again) of ISLR Default and modeldata credit_data at epsilon 1
+# (benchmarks/dev_pge_cells.py, results/dev_pge_cells.md).
+CELL_ROWS = 100
 
 
 @fill_dp_docs
@@ -112,6 +116,20 @@ class PGEGenerator(DPSGDEstimator):
         ``pd.CategoricalDtype`` column's categories and a bool column's are
         public as declared; another non-numeric column's are read from the
         data (warns; not certified).
+    cells : "auto", list or None, default="auto"
+        Columns of ``categories`` whose joint categories ("cells", crossed
+        with the classes) condition the model: each cell gets its own
+        parameters, so that a number's distribution may differ between the
+        categories (a mixture with one component per cell), and the cell
+        proportions are released with Laplace noise beside the class ones
+        (the same ``0.05 * epsilon``: one record moves one count of the joint
+        table by 1). Sampling draws a cell, sets those columns from it and
+        samples the rest given it. "auto": under the Gaussian module, the
+        columns of ``categories`` taken fewest categories first while the
+        classes times the cells stay within ``n_samples / 100`` (public: the
+        number of records is public, ``doc/privacy.md``); none otherwise.
+        A list names them (each must be a key of ``categories``); None:
+        none. The columns used are in ``cell_columns_``.
     classes : array-like or None, default=None
         Public label set of a class-conditional model; None reads it from y (warns).
     image_shape : tuple or None, default=None
@@ -155,6 +173,11 @@ class PGEGenerator(DPSGDEstimator):
     class_prior_ : ndarray or None
         Class proportions that :meth:`sample` draws labels from: released
         with Laplace noise for "dpsgd", read from the data otherwise.
+    cell_columns_ : list
+        The columns whose joint categories condition the model (see ``cells``).
+    cell_prior_ : ndarray of shape (max(n_classes, 1), n_cells) or None
+        Proportions of the cells (the rows: classes), released with Laplace
+        noise; None without cells.
     bounds_ : (lower, upper)
         The feature range used for scaling and clipping (public if
         ``bounds`` was given); ``(-1, 1)`` per coordinate for a table encoded
@@ -212,6 +235,7 @@ class PGEGenerator(DPSGDEstimator):
         "ema": [None, StrOptions({"auto"}), Interval(numbers.Real, 0, 1, closed="left")],
         "bounds": [None, tuple, list, dict],
         "categories": [None, dict],
+        "cells": [None, StrOptions({"auto"}), list, tuple],
         "classes": [None, "array-like"],
         "image_shape": [None, tuple],
         "n_leapfrog": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -227,8 +251,9 @@ class PGEGenerator(DPSGDEstimator):
     def __init__(self, module="auto", *, mechanism="dpsgd", epsilon=1.0, delta=1e-5, k=10, n_projections="auto",
                  residual=True, hidden_size=256, n_blocks=2, sigma_min=0.01, n_levels=10, max_epochs=30,
                  batch_size="auto", lr="auto", ema=None, max_grad_norm=1.0, noise_multiplier=None, accounting="rdp",
-                 bounds=None, categories=None, classes=None, image_shape=None, n_leapfrog=10, n_repeats=5, step_size=None,
-                 acceptance="hmc", ledger=None, device="cpu", verbose="auto", random_state=None):
+                 bounds=None, categories=None, cells="auto", classes=None, image_shape=None, n_leapfrog=10,
+                 n_repeats=5, step_size=None, acceptance="hmc", ledger=None, device="cpu", verbose="auto",
+                 random_state=None):
         self._set_init_params(locals())
 
     # -- fit ---------------------------------------------------------------------------------
@@ -273,7 +298,10 @@ class PGEGenerator(DPSGDEstimator):
         Z = self._scale(X)
         self.sigmas_ = harmonic_square_levels(self.sigma_min, self.n_levels)
         self._resolve_auto(certified)
-        self.net_ = self._make_net(X.shape[1], X.shape[0], rng, certified)
+        # The number of records is public (doc/privacy.md): the replay of a neighbour hands it the recorded one.
+        self.cell_columns_ = self._cell_columns(taps.public_count("n_samples", X.shape[0]))
+        codes, Z = self._join_cells(codes, Z)  # the conditioning codes (class x cell); the modelled coordinates
+        self.net_ = self._make_net(Z.shape[1], X.shape[0], rng, certified)
         # Everything that can fail is checked before the class counts are charged.
         q, _, sigma, _ = self.net_.plan_privacy(X.shape[0], self.max_epochs)
         self.net_.check_runnable(sigma, q * X.shape[0])
@@ -290,8 +318,8 @@ class PGEGenerator(DPSGDEstimator):
             ["classes"] if self.classes is None and y is not None else [])
         if columns is not None:  # the table's own columns, not its coordinates
             self.n_features_in_, self.feature_names_in_ = len(columns), columns
-        # Class proportions cost COUNT_SHARE * epsilon (Laplace); with epsilon=inf they are exact.
-        eps_counts = 0.0 if self.classes_ is None else COUNT_SHARE * self.epsilon
+        # Class and cell proportions cost COUNT_SHARE * epsilon (Laplace); with epsilon=inf they are exact.
+        eps_counts = COUNT_SHARE * self.epsilon if self._counted() else 0.0
         self._set_fit_results(self.net_, extra_epsilon=eps_counts, read_from_data=read)
         if not certified:
             set_privacy_attributes(self, self.epsilon, 0.0, read_from_data=read, certified=(
@@ -311,9 +339,14 @@ class PGEGenerator(DPSGDEstimator):
         return super()._planned_privacy(n_samples)
 
     def _plan(self, n_samples):
-        share = COUNT_SHARE if (self.classes is not None and not math.isinf(self.epsilon)) else 0.0
+        counted = self.classes is not None or bool(self._cell_columns(n_samples))
+        share = COUNT_SHARE if (counted and not math.isinf(self.epsilon)) else 0.0
         return (resolve_batch_size(self.batch_size, n_samples), self.max_epochs, (1 - share) * self.epsilon,
                 share * self.epsilon)
+
+    def _counted(self):
+        """Whether the fit releases counts (of classes, of cells or of both)."""
+        return self.classes_ is not None or bool(self.cell_columns_)
 
     def _encode_labels(self, y, n):
         if y is None:
@@ -322,37 +355,109 @@ class PGEGenerator(DPSGDEstimator):
         self.classes_, codes = encode_labels(self.classes, y, type(self).__name__)
         return codes
 
+    # -- cells: the joint categories of some columns, crossed with the classes ----------------
+    def _cell_columns(self, n_samples):
+        """The columns of ``categories`` whose joint categories condition the model (``cells``).
+
+        From public settings only (``categories``, ``classes``, the module rule and the public number of
+        records), so that the plan of a fit knows whether counts are released before it sees the data.
+        """
+        if self.cells is None or not self.categories:
+            return []
+        if isinstance(self.cells, str):  # "auto": the Gaussian module under noise; fewest categories first
+            if self._module_choice(self.mechanism == "dpsgd") != "gaussian":
+                return []
+            cap = max(1, int(n_samples) // CELL_ROWS)
+            size = len(self.classes) if self.classes is not None else 1
+            chosen = []
+            for column in sorted(self.categories, key=lambda c: (len(self.categories[c]), repr(c))):
+                width = len(self.categories[column])
+                if width > 1 and size * width <= cap:
+                    chosen.append(column)
+                    size *= width
+            return chosen
+        chosen = list(self.cells)
+        unknown = [c for c in chosen if c not in self.categories]
+        if unknown or len(set(map(repr, chosen))) != len(chosen):
+            raise ValueError(f"cells={self.cells!r} must name distinct keys of categories "
+                             f"({list(self.categories)[:10]}); not keys: {unknown[:5]}.")
+        return chosen
+
+    def _cell_blocks(self):
+        """``(slices, widths)`` of the cell columns' one-hot blocks among the table's coordinates."""
+        slices = [self.codec_.slices_[c] for c in self.cell_columns_]
+        return slices, [s.stop - s.start for s in slices]
+
+    def _join_cells(self, codes, Z):
+        """Conditioning codes ``class * n_cells + cell`` and the coordinates left to the model.
+
+        A cell column's block is one-hot ({-1, 1}, exactly one 1), so its category is the block's argmax;
+        the cell is the mixed-radix number of the columns' categories. The blocks leave the modelled
+        coordinates: sampling sets them from the drawn cell.
+        """
+        self._n_cells = 1
+        if not self.cell_columns_:
+            return codes, Z
+        if self.codec_ is None:
+            raise ValueError("cells name DataFrame columns; pass X as a pandas DataFrame.")
+        slices, widths = self._cell_blocks()
+        cell = np.zeros(len(Z), dtype=np.int64)
+        for part, width in zip(slices, widths):
+            cell = cell * width + np.argmax(Z[:, part], axis=1)
+        self._n_cells = int(np.prod(widths))
+        keep = np.ones(Z.shape[1], dtype=bool)
+        for part in slices:
+            keep[part] = False
+        return codes * self._n_cells + cell, np.ascontiguousarray(Z[:, keep])
+
+    def _n_conditions(self):
+        """Rows of the model's conditioning: classes times cells (0: an unconditional model)."""
+        n_classes = 0 if self.classes_ is None else len(self.classes_)
+        return n_classes * self._n_cells if n_classes else (self._n_cells if self.cell_columns_ else 0)
+
     def _fit_prior(self, codes, rng, certified):
-        """Class proportions from Laplace-noised counts (the labels' share of epsilon)."""
-        if self.classes_ is None:
+        """Class (and cell) proportions from Laplace-noised counts of the joint table (the counts' epsilon).
+
+        One record adds one to one count of the joint table of classes and cells: L1 sensitivity 1.
+        """
+        self.cell_prior_ = None
+        if not self._counted():
             return
-        counts = np.bincount(codes, minlength=len(self.classes_)).astype(float)
+        counts = np.bincount(codes, minlength=self._n_conditions()).astype(float)
         if certified and not math.isinf(self.epsilon):
             eps_counts = COUNT_SHARE * self.epsilon
-            charge(self.ledger, eps_counts, 0.0, type(self).__name__ + ": class counts",
-                   cost=Spend.pure(eps_counts))
+            what = "class counts" if not self.cell_columns_ else "class and cell counts"
+            charge(self.ledger, eps_counts, 0.0, f"{type(self).__name__}: {what}", cost=Spend.pure(eps_counts))
             counts = taps.release("laplace:class_counts", counts, 1.0, "l1")
             counts = counts + rng.laplace(scale=taps.noise_factor() / eps_counts, size=counts.shape)
         counts = np.maximum(counts, 0.0) + 1e-12
-        self.class_prior_ = counts / counts.sum()
+        joint = (counts / counts.sum()).reshape(-1, self._n_cells)
+        if self.classes_ is not None:
+            self.class_prior_ = joint.sum(axis=1)
+        if self.cell_columns_:
+            self.cell_prior_ = joint
 
     # "auto" values by module; chosen on load_digits' training split and breast cancer (bench_pge.py).
     AUTO = {"gaussian": dict(lr=1e-2, n_projections=1), "mlp": dict(lr=3e-3, n_projections=1),
             "cnn": dict(lr=3e-3, n_projections=1)}
 
+    def _module_choice(self, certified):
+        """The module of ``module="auto"``: the Gaussian one when DP-SGD adds noise (public settings only)."""
+        if self.module != "auto":
+            return self.module
+        noisy = certified and (self.noise_multiplier is not None or not math.isinf(self.epsilon))
+        return "gaussian" if noisy else ("cnn" if self.image_shape is not None else "mlp")
+
     def _resolve_auto(self, certified):
         """``module_``, ``lr_`` and ``n_projections_``: the "auto" rules, from public settings only."""
-        module = self.module
-        if module == "auto":
-            noisy = certified and (self.noise_multiplier is not None or not math.isinf(self.epsilon))
-            module = "gaussian" if noisy else ("cnn" if self.image_shape is not None else "mlp")
+        module = self._module_choice(certified)
         self.module_ = module
         auto = self.AUTO[module]
         self.lr_ = auto["lr"] if self.lr == "auto" else float(self.lr)
         self.n_projections_ = auto["n_projections"] if self.n_projections == "auto" else int(self.n_projections)
 
     def _make_net(self, n_features, n_samples, rng, certified):
-        n_classes = 0 if self.classes_ is None else len(self.classes_)
+        n_classes = self._n_conditions()
         use_cnn = self.module_ == "cnn"
         if self.module_ == "gaussian":
             module, kwargs = GaussianScore, dict(n_features=n_features, n_classes=n_classes)
@@ -370,7 +475,7 @@ class PGEGenerator(DPSGDEstimator):
             privacy.update(verbose=0, callbacks=[("progress", progress_callback(type(self).__name__))])
         privacy["random_state"] = rng
         if certified:
-            share = COUNT_SHARE if (n_classes and not math.isinf(self.epsilon)) else 0.0
+            share = COUNT_SHARE if (self._counted() and not math.isinf(self.epsilon)) else 0.0
             privacy["epsilon"] = (1 - share) * self.epsilon
         else:  # the paper: no clipping, no noise; the paper's randomized response on projections
             privacy.update(epsilon=math.inf, noise_multiplier=0.0, max_grad_norm=math.inf, ledger=None,
@@ -425,9 +530,11 @@ class PGEGenerator(DPSGDEstimator):
         if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) or n_samples <= 0:
             raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
         rng = make_rng(random_state)
-        labels, Y = self._sample_labels(n_samples, y, rng)
+        labels, Y, cells = self._sample_labels(n_samples, y, rng)
         gen = torch_generator(rng, device=self.device)
-        d = len(self.bounds_[0])  # coordinates of the model (a table's one-hot blocks included)
+        cell_columns = getattr(self, "cell_columns_", [])
+        # Coordinates of the model: a table's one-hot blocks included, but for the cells' (set from the cell).
+        d = len(self.bounds_[0]) - (sum(self._cell_blocks()[1]) if cell_columns else 0)
         module = self.net_.module_
         module.eval()
 
@@ -451,8 +558,10 @@ class PGEGenerator(DPSGDEstimator):
             chunks.append(z)
             self.acceptance_rates_.append(rates)
         self.acceptance_rates_ = np.mean(self.acceptance_rates_, axis=0)
-        Z = torch.cat(chunks)
-        X = self._unscale(Z.cpu().numpy().astype(np.float64))
+        Z = torch.cat(chunks).cpu().numpy().astype(np.float64)
+        if cell_columns:
+            Z = self._place_cells(Z, cells)
+        X = self._unscale(Z)
         if getattr(self, "codec_", None) is not None:  # a table: its columns, dtypes and categories
             import pandas as pd
             X = self.codec_.inverse_transform(X, rng)
@@ -464,12 +573,21 @@ class PGEGenerator(DPSGDEstimator):
         return X if labels is None else (X, labels)
 
     def _sample_labels(self, n_samples, y, rng):
+        """Labels, the one-hot conditioning of the model and the cells (None without cells) of the records."""
+        prior = getattr(self, "cell_prior_", None)
         if self.classes_ is None:
             if y is not None:
                 raise ValueError("y was given to sample() but the model was fitted without labels.")
-            return None, torch.zeros(n_samples, 0, device=self.device)
+            if prior is None:
+                return None, torch.zeros(n_samples, 0, device=self.device), None
+            cells = rng.choice(prior.size, size=n_samples, p=prior.ravel() / prior.sum())
+            return None, self._one_hot(cells, prior.size), cells
         if y is None:
-            codes = rng.choice(len(self.classes_), size=n_samples, p=self.class_prior_)
+            if prior is None:
+                codes = rng.choice(len(self.classes_), size=n_samples, p=self.class_prior_)
+            else:  # a class and a cell together, from the joint proportions
+                joint = rng.choice(prior.size, size=n_samples, p=prior.ravel() / prior.sum())
+                codes, cells = np.divmod(joint, prior.shape[1])
         else:
             y = np.asarray(y)
             if y.shape != (n_samples,):
@@ -478,9 +596,31 @@ class PGEGenerator(DPSGDEstimator):
             if len(unknown):
                 raise ValueError(f"y contains labels not in classes_: {unknown[:5]!r}.")
             codes = np.searchsorted(self.classes_, y)
-        Y = torch.nn.functional.one_hot(torch.as_tensor(codes, device=self.device),
-                                        len(self.classes_)).float()
-        return self.classes_[codes], Y
+            if prior is not None:  # each record's cell given its class
+                cells = np.zeros(n_samples, dtype=np.int64)
+                for c in np.unique(codes):
+                    rows = np.flatnonzero(codes == c)
+                    cells[rows] = rng.choice(prior.shape[1], size=len(rows), p=prior[c] / prior[c].sum())
+        if prior is None:
+            return self.classes_[codes], self._one_hot(codes, len(self.classes_)), None
+        return self.classes_[codes], self._one_hot(codes * prior.shape[1] + cells, prior.size), cells
+
+    def _one_hot(self, codes, width):
+        return torch.nn.functional.one_hot(torch.as_tensor(codes, device=self.device), width).float()
+
+    def _place_cells(self, Z, cells):
+        """The table's coordinates: the model's ``Z`` and, in the cell columns' blocks, the cells' one-hot codes."""
+        slices, widths = self._cell_blocks()
+        full = np.empty((len(Z), len(self.bounds_[0])))
+        keep = np.ones(full.shape[1], dtype=bool)
+        for part in slices:
+            keep[part] = False
+        full[:, keep] = Z
+        for part, width in zip(slices[::-1], widths[::-1]):  # mixed radix: the last column varies fastest
+            cells, code = np.divmod(cells, width)
+            full[:, part] = -1.0
+            full[np.arange(len(Z)), part.start + code] = 1.0
+        return full
 
 
 def _timed(timer, start, n_samples):
