@@ -13,7 +13,8 @@ wheel). Each run: a stratified 75/25 split (the seed), then at each epsilon:
   private), NaN filled with 0;
 - non-private reference: scikit-learn LogisticRegression on standardised features;
 - synthetic data at epsilon 1: DPQuantileScaler (0.2 E) releases each numeric column's range, which
-  is then public for PGEGenerator(categories=public, bounds=those ranges, classes) at 0.8 E; metrics:
+  is then public for PGEGenerator(categories=public, bounds=those ranges, classes, ema="auto": chosen on
+  development splits, ``dev_pge_cells.py``) at 0.8 E; metrics:
   train-on-synthetic-test-on-real AUC of a LogisticRegression, and the mean total-variation distance of
   all 1- and 2-way marginals (numbers in 8 bins at the real training data's octiles) to the real
   training table.
@@ -243,7 +244,9 @@ def _synthetic(name, seed, X_tr, y_tr, X_te, y_te, cats, epsilon):
     X_fill, ranges, bounds = _public_ranges(X_tr, cats, 0.2 * epsilon)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
-        gen = PGEGenerator(epsilon=0.8 * epsilon, classes=[0, 1], categories=cats, bounds=bounds).fit(X_fill, y_tr)
+        # ema="auto" (post-processing): chosen on development splits of Default and credit (dev_pge_cells.md).
+        gen = PGEGenerator(epsilon=0.8 * epsilon, classes=[0, 1], categories=cats, bounds=bounds,
+                           ema="auto").fit(X_fill, y_tr)
     X_syn, y_syn = gen.sample(len(X_tr))
     y_syn = np.asarray(y_syn)
     real = X_fill.assign(y=y_tr)

@@ -23,6 +23,8 @@ GAUSSIAN = {
     "defaults (ema=None, 30 epochs, lr 1e-2)": {"ema": None},
     "ema auto": {"ema": "auto"},
     "ema auto, 60 epochs": {"ema": "auto", "max_epochs": 60},
+    "lr 3e-2": {"lr": 3e-2},
+    "ema auto, lr 3e-2 (issue 26's tables)": {"ema": "auto", "lr": 3e-2},
 }
 NEURAL = {"mlp (the neural score network, module='mlp')": {"module": "mlp"}}
 

@@ -29,15 +29,20 @@ from bench_tabular import _public_ranges, _tables, _tstr, marginal_tv  # noqa: E
 from skdp import PrivacyLeakWarning  # noqa: E402
 from skdp.generative import PGEGenerator, pge  # noqa: E402
 
-VARIANTS = {"cells=None": (None, None), "auto, 25 rows/cell": ("auto", 25), "auto, 100 rows/cell": ("auto", 100),
-            "auto, 400 rows/cell": ("auto", 400)}
+# name -> (cells, CELL_ROWS, other PGEGenerator parameters)
+VARIANTS = {"cells=None": (None, None, {}), "auto, 25 rows/cell": ("auto", 25, {}),
+            "auto, 100 rows/cell": ("auto", 100, {}), "auto, 400 rows/cell": ("auto", 400, {}),
+            "auto, 100 rows/cell, ema='auto'": ("auto", 100, {"ema": "auto"}),
+            "auto, 100 rows/cell, ema='auto', lr 0.03": ("auto", 100, {"ema": "auto", "lr": 0.03}),
+            "auto, 100 rows/cell, lr 0.03": ("auto", 100, {"lr": 0.03}),
+            "auto, 100 rows/cell, 60 epochs, ema='auto'": ("auto", 100, {"ema": "auto", "max_epochs": 60})}
 
 
 def run_one(name, seed, variant, epsilon):
     df, y, cats = _tables()[name]()
     X_tr, _, y_tr, _ = train_test_split(df, y, test_size=0.25, random_state=seed, stratify=y)
     X_a, X_v, y_a, y_v = train_test_split(X_tr, y_tr, test_size=0.25, random_state=seed, stratify=y_tr)
-    cells, rows = VARIANTS[variant]
+    cells, rows, params = VARIANTS[variant]
     start = time.perf_counter()
     X_fill, _, bounds = _public_ranges(X_a, cats, 0.2 * epsilon)
     X_vfill = X_v.copy()  # NaN -> 0 as in the bench (a constant fill)
@@ -50,7 +55,7 @@ def run_one(name, seed, variant, epsilon):
         with warnings.catch_warnings():
             warnings.simplefilter("error", PrivacyLeakWarning)
             gen = PGEGenerator(epsilon=0.8 * epsilon, classes=[0, 1], categories=cats, bounds=bounds,
-                               cells=cells, verbose=0).fit(X_fill, y_a)
+                               cells=cells, verbose=0, **params).fit(X_fill, y_a)
     finally:
         pge.CELL_ROWS = saved
     X_syn, y_syn = gen.sample(len(X_a))
@@ -66,11 +71,12 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--tables", default="default,credit")
+    parser.add_argument("--variants", default=";".join(VARIANTS), help="names of VARIANTS, separated by ;")
     args = parser.parse_args()
     rows = []
     for name in args.tables.split(","):
         for seed in range(args.seeds):
-            for variant in VARIANTS:
+            for variant in args.variants.split(";"):
                 rows.append(run_one(name, seed, variant, args.epsilon))
                 print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
     frame = pd.DataFrame(rows)

@@ -34,6 +34,9 @@ SAMPLE_CHUNK = 4096
 # (the benchmark's training parts split again) of ISLR Default and modeldata credit_data at epsilon 1
 # (benchmarks/dev_pge_cells.py, results/dev_pge_cells.md).
 CELL_ROWS = 100
+# cells="auto" never makes more conditions (classes x cells) than this: per-example gradients and the
+# sampler's conditioning grow with them.
+MAX_CELLS = 64
 
 
 @fill_dp_docs
@@ -100,7 +103,7 @@ class PGEGenerator(DPSGDEstimator):
     {dp:batch_size}
     lr : float or "auto", default="auto"
         Adam's learning rate (post-processing of the noisy gradients). "auto":
-        1e-2 for the Gaussian module, 3e-3 for the networks. In ``lr_``.
+        3e-2 for the Gaussian module, 3e-3 for the networks. In ``lr_``.
     {dp:ema}
     {dp:max_grad_norm}
     {dp:noise_multiplier}
@@ -126,8 +129,9 @@ class PGEGenerator(DPSGDEstimator):
         table by 1). Sampling draws a cell, sets those columns from it and
         samples the rest given it. "auto": under the Gaussian module, the
         columns of ``categories`` taken fewest categories first while the
-        classes times the cells stay within ``n_samples / 100`` (public: the
-        number of records is public, ``doc/privacy.md``); none otherwise.
+        classes times the cells stay within ``n_samples / 100`` and 64 (public:
+        the number of records is public, ``doc/privacy.md``); none otherwise,
+        and none with ``epsilon=inf`` (the counts would be exact).
         A list names them (each must be a key of ``categories``); None:
         none. The columns used are in ``cell_columns_``.
     classes : array-like or None, default=None
@@ -281,6 +285,8 @@ class PGEGenerator(DPSGDEstimator):
             Fitted estimator.
         """
         owner = type(self).__name__
+        if self.cells is not None and not isinstance(self.cells, str):
+            self._cell_columns(0)  # a list of cells is checked before the data are read
         columns, self.codec_ = None, None
         if needs_codec(X, self.categories, self.bounds):  # a mixed table: coordinates in [-1, 1]
             columns = np.asarray(X.columns, dtype=object)
@@ -299,12 +305,15 @@ class PGEGenerator(DPSGDEstimator):
         self.sigmas_ = harmonic_square_levels(self.sigma_min, self.n_levels)
         self._resolve_auto(certified)
         # The number of records is public (doc/privacy.md): the replay of a neighbour hands it the recorded one.
-        self.cell_columns_ = self._cell_columns(taps.public_count("n_samples", X.shape[0]))
+        self.cell_columns_ = self._cell_columns(taps.public_count("n_samples", X.shape[0]),
+                                                None if self.classes_ is None else len(self.classes_))
         codes, Z = self._join_cells(codes, Z)  # the conditioning codes (class x cell); the modelled coordinates
         self.net_ = self._make_net(Z.shape[1], X.shape[0], rng, certified)
         # Everything that can fail is checked before the class counts are charged.
         q, _, sigma, _ = self.net_.plan_privacy(X.shape[0], self.max_epochs)
         self.net_.check_runnable(sigma, q * X.shape[0])
+        if certified:
+            self._check_ledger(X.shape[0])
         self._fit_prior(codes, mechanism_rng(self), certified)
         if not certified:
             warn_privacy("PGEGenerator(mechanism='randomized_response') perturbs only the Gaussian projection "
@@ -339,10 +348,28 @@ class PGEGenerator(DPSGDEstimator):
         return super()._planned_privacy(n_samples)
 
     def _plan(self, n_samples):
-        counted = self.classes is not None or bool(self._cell_columns(n_samples))
-        share = COUNT_SHARE if (counted and not math.isinf(self.epsilon)) else 0.0
-        return (resolve_batch_size(self.batch_size, n_samples), self.max_epochs, (1 - share) * self.epsilon,
-                share * self.epsilon)
+        batch_size = resolve_batch_size(self.batch_size, n_samples)
+        if self.classes is None and not self._cell_columns(n_samples):  # no counts released
+            return batch_size, self.max_epochs, self.epsilon, 0.0
+        if math.isinf(self.epsilon):  # the counts are exact (DP-SGD may still be noised by a noise_multiplier)
+            return batch_size, self.max_epochs, self.epsilon, math.inf
+        return batch_size, self.max_epochs, (1 - COUNT_SHARE) * self.epsilon, COUNT_SHARE * self.epsilon
+
+    def _check_ledger(self, n_samples):
+        """The fit's whole planned spend, counts and DP-SGD, checked against the ledger before the first charge.
+
+        The counts are charged first; a ledger that cannot afford the DP-SGD part after them refused the fit
+        with the counts' share already spent.
+        """
+        if self.ledger is None or not self._counted():
+            return
+        costs = self._planned_costs(n_samples)
+        epsilon, delta = sum(c.epsilon for c in costs), sum(c.delta for c in costs)
+        if all(c.rdp is not None for c in costs):
+            cost = Spend.from_rdp([sum(v) for v in zip(*(c.rdp for c in costs))], epsilon, delta)
+        else:
+            cost = Spend.approx(epsilon, delta)
+        self.ledger.check(epsilon, delta, cost=cost)
 
     def _counted(self):
         """Whether the fit releases counts (of classes, of cells or of both)."""
@@ -356,19 +383,23 @@ class PGEGenerator(DPSGDEstimator):
         return codes
 
     # -- cells: the joint categories of some columns, crossed with the classes ----------------
-    def _cell_columns(self, n_samples):
+    def _cell_columns(self, n_samples, n_classes=None):
         """The columns of ``categories`` whose joint categories condition the model (``cells``).
 
-        From public settings only (``categories``, ``classes``, the module rule and the public number of
-        records), so that the plan of a fit knows whether counts are released before it sees the data.
+        From public settings only (``categories``, ``classes``, the module rule, the public number of records
+        and, in a fit, the number of classes it conditions on), so that the plan of a fit knows whether counts
+        are released before it sees the data.
         """
-        if self.cells is None or not self.categories:
+        if self.cells is None:
             return []
-        if isinstance(self.cells, str):  # "auto": the Gaussian module under noise; fewest categories first
-            if self._module_choice(self.mechanism == "dpsgd") != "gaussian":
+        if isinstance(self.cells, str):  # "auto": the Gaussian module, noised counts; fewest categories first
+            if (not self.categories or math.isinf(self.epsilon)
+                    or self._module_choice(self.mechanism == "dpsgd") != "gaussian"):
                 return []
-            cap = max(1, int(n_samples) // CELL_ROWS)
-            size = len(self.classes) if self.classes is not None else 1
+            cap = min(MAX_CELLS, int(n_samples) // CELL_ROWS)
+            if n_classes is None:
+                n_classes = len(self.classes) if self.classes is not None else 1
+            size = max(1, n_classes)
             chosen = []
             for column in sorted(self.categories, key=lambda c: (len(self.categories[c]), repr(c))):
                 width = len(self.categories[column])
@@ -377,8 +408,11 @@ class PGEGenerator(DPSGDEstimator):
                     size *= width
             return chosen
         chosen = list(self.cells)
-        unknown = [c for c in chosen if c not in self.categories]
-        if unknown or len(set(map(repr, chosen))) != len(chosen):
+        if chosen and not self.categories:
+            raise ValueError(f"cells={self.cells!r} names columns of categories, but categories is "
+                             f"{self.categories!r}; give their public categories in categories={{column: [...]}}.")
+        unknown = [c for c in chosen if c not in (self.categories or {})]
+        if unknown or len(set(chosen)) != len(chosen) or len(set(map(repr, chosen))) != len(chosen):
             raise ValueError(f"cells={self.cells!r} must name distinct keys of categories "
                              f"({list(self.categories)[:10]}); not keys: {unknown[:5]}.")
         return chosen
@@ -418,27 +452,37 @@ class PGEGenerator(DPSGDEstimator):
     def _fit_prior(self, codes, rng, certified):
         """Class (and cell) proportions from Laplace-noised counts of the joint table (the counts' epsilon).
 
-        One record adds one to one count of the joint table of classes and cells: L1 sensitivity 1.
+        One record adds one to one count of the joint table of classes and cells: L1 sensitivity 1. With
+        ``epsilon=inf`` the counts are exact, and charged as such (inf) beside a noised DP-SGD. A class's
+        share sums its cells' noisy counts before clipping at 0 (clipping each cell first biased a rare
+        class up); the cells' shares within a class clip each count.
         """
         self.cell_prior_ = None
         if not self._counted():
             return
         counts = np.bincount(codes, minlength=self._n_conditions()).astype(float)
-        if certified and not math.isinf(self.epsilon):
+        if certified:
+            what = {(True, False): "class counts", (False, True): "cell counts"}.get(
+                (self.classes_ is not None, bool(self.cell_columns_)), "class and cell counts")
             eps_counts = COUNT_SHARE * self.epsilon
-            what = "class counts" if not self.cell_columns_ else "class and cell counts"
-            charge(self.ledger, eps_counts, 0.0, f"{type(self).__name__}: {what}", cost=Spend.pure(eps_counts))
-            counts = taps.release("laplace:class_counts", counts, 1.0, "l1")
-            counts = counts + rng.laplace(scale=taps.noise_factor() / eps_counts, size=counts.shape)
-        counts = np.maximum(counts, 0.0) + 1e-12
-        joint = (counts / counts.sum()).reshape(-1, self._n_cells)
+            if math.isinf(eps_counts):
+                charge(self.ledger, math.inf, 0.0, f"{type(self).__name__}: {what}, exact (epsilon=inf)")
+            else:
+                charge(self.ledger, eps_counts, 0.0, f"{type(self).__name__}: {what}",
+                       cost=Spend.pure(eps_counts))
+                counts = taps.release("laplace:class_counts", counts, 1.0, "l1")
+                counts = counts + rng.laplace(scale=taps.noise_factor() / eps_counts, size=counts.shape)
+        joint = counts.reshape(-1, self._n_cells)
         if self.classes_ is not None:
-            self.class_prior_ = joint.sum(axis=1)
+            totals = np.maximum(joint.sum(axis=1), 0.0) + 1e-12
+            self.class_prior_ = totals / totals.sum()
         if self.cell_columns_:
-            self.cell_prior_ = joint
+            cells = np.maximum(joint, 0.0) + 1e-12
+            self.cell_prior_ = cells / cells.sum()
 
-    # "auto" values by module; chosen on load_digits' training split and breast cancer (bench_pge.py).
-    AUTO = {"gaussian": dict(lr=1e-2, n_projections=1), "mlp": dict(lr=3e-3, n_projections=1),
+    # "auto" values by module; chosen on load_digits' training split and breast cancer (bench_pge.py); the
+    # Gaussian's lr on digits-dev (benchmarks/results/dev_pge.md: 0.845 at 3e-2 against 0.788 at 1e-2, 6 seeds).
+    AUTO = {"gaussian": dict(lr=3e-2, n_projections=1), "mlp": dict(lr=3e-3, n_projections=1),
             "cnn": dict(lr=3e-3, n_projections=1)}
 
     def _module_choice(self, certified):
@@ -530,7 +574,7 @@ class PGEGenerator(DPSGDEstimator):
         if not isinstance(n_samples, numbers.Integral) or isinstance(n_samples, bool) or n_samples <= 0:
             raise ValueError(f"n_samples must be a positive integer, got {n_samples!r}.")
         rng = make_rng(random_state)
-        labels, Y, cells = self._sample_labels(n_samples, y, rng)
+        labels, conditions, width, cells = self._sample_labels(n_samples, y, rng)
         gen = torch_generator(rng, device=self.device)
         cell_columns = getattr(self, "cell_columns_", [])
         # Coordinates of the model: a table's one-hot blocks included, but for the cells' (set from the cell).
@@ -550,7 +594,8 @@ class PGEGenerator(DPSGDEstimator):
         for start in range(0, n_samples, SAMPLE_CHUNK):  # chunks keep the working set in cache
             rows = slice(start, min(start + SAMPLE_CHUNK, n_samples))
             x0 = self.sigmas_[0] * torch.randn(rows.stop - rows.start, d, generator=gen, device=self.device)
-            z, rates = hmc_sample(lambda x, sigma: score(x, Y[rows], sigma), x0, self.sigmas_,
+            Y = self._one_hot(conditions[rows], width) if width else torch.zeros(len(x0), 0, device=self.device)
+            z, rates = hmc_sample(lambda x, sigma: score(x, Y, sigma), x0, self.sigmas_,
                                   step_size=step, n_leapfrog=self.n_leapfrog, n_repeats=self.n_repeats,
                                   acceptance=self.acceptance, generator=gen,
                                   callback=((report if start == 0 else None) if report
@@ -573,21 +618,20 @@ class PGEGenerator(DPSGDEstimator):
         return X if labels is None else (X, labels)
 
     def _sample_labels(self, n_samples, y, rng):
-        """Labels, the one-hot conditioning of the model and the cells (None without cells) of the records."""
+        """Labels, the model's conditioning codes and their number (0: none), and the cells (None without).
+
+        A class is drawn from ``class_prior_`` (or given), then a cell from its class's row of ``cell_prior_``.
+        """
         prior = getattr(self, "cell_prior_", None)
         if self.classes_ is None:
             if y is not None:
                 raise ValueError("y was given to sample() but the model was fitted without labels.")
             if prior is None:
-                return None, torch.zeros(n_samples, 0, device=self.device), None
+                return None, None, 0, None
             cells = rng.choice(prior.size, size=n_samples, p=prior.ravel() / prior.sum())
-            return None, self._one_hot(cells, prior.size), cells
+            return None, cells, prior.size, cells
         if y is None:
-            if prior is None:
-                codes = rng.choice(len(self.classes_), size=n_samples, p=self.class_prior_)
-            else:  # a class and a cell together, from the joint proportions
-                joint = rng.choice(prior.size, size=n_samples, p=prior.ravel() / prior.sum())
-                codes, cells = np.divmod(joint, prior.shape[1])
+            codes = rng.choice(len(self.classes_), size=n_samples, p=self.class_prior_)
         else:
             y = np.asarray(y)
             if y.shape != (n_samples,):
@@ -596,14 +640,13 @@ class PGEGenerator(DPSGDEstimator):
             if len(unknown):
                 raise ValueError(f"y contains labels not in classes_: {unknown[:5]!r}.")
             codes = np.searchsorted(self.classes_, y)
-            if prior is not None:  # each record's cell given its class
-                cells = np.zeros(n_samples, dtype=np.int64)
-                for c in np.unique(codes):
-                    rows = np.flatnonzero(codes == c)
-                    cells[rows] = rng.choice(prior.shape[1], size=len(rows), p=prior[c] / prior[c].sum())
         if prior is None:
-            return self.classes_[codes], self._one_hot(codes, len(self.classes_)), None
-        return self.classes_[codes], self._one_hot(codes * prior.shape[1] + cells, prior.size), cells
+            return self.classes_[codes], codes, len(self.classes_), None
+        cells = np.zeros(n_samples, dtype=np.int64)
+        for c in np.unique(codes):  # each record's cell given its class
+            rows = np.flatnonzero(codes == c)
+            cells[rows] = rng.choice(prior.shape[1], size=len(rows), p=prior[c] / prior[c].sum())
+        return self.classes_[codes], codes * prior.shape[1] + cells, prior.size, cells
 
     def _one_hot(self, codes, width):
         return torch.nn.functional.one_hot(torch.as_tensor(codes, device=self.device), width).float()

@@ -155,10 +155,10 @@ class TableCodec:
             else:
                 codes = _codes(X[column], self.levels_[column])
                 unknown = codes < 0
-                if unknown.any():
-                    bad = X[column][unknown].iloc[0]
-                    raise ValueError(f"{self.owner}: column {column!r} holds {bad!r}, which is not among its "
-                                     f"categories {self.levels_[column][:10]}; add it to the public list.")
+                if unknown.any():  # counts, never the private values (as for labels)
+                    raise ValueError(f"{self.owner}: column {column!r} holds {int(unknown.sum())} value(s) not "
+                                     f"among its categories {self.levels_[column][:10]}; add them to the public "
+                                     "list, or map them to a public category first.")
                 Z[np.arange(len(X)), part.start + codes] = 1.0
         return Z
 
