@@ -305,8 +305,7 @@ class PGEGenerator(DPSGDEstimator):
         self.sigmas_ = harmonic_square_levels(self.sigma_min, self.n_levels)
         self._resolve_auto(certified)
         # The number of records is public (doc/privacy.md): the replay of a neighbour hands it the recorded one.
-        self.cell_columns_ = self._cell_columns(taps.public_count("n_samples", X.shape[0]),
-                                                None if self.classes_ is None else len(self.classes_))
+        self.cell_columns_ = self._cell_columns(taps.public_count("n_samples", X.shape[0]), self._n_classes())
         codes, Z = self._join_cells(codes, Z)  # the conditioning codes (class x cell); the modelled coordinates
         self.net_ = self._make_net(Z.shape[1], X.shape[0], rng, certified)
         # Everything that can fail is checked before the class counts are charged.
@@ -335,11 +334,11 @@ class PGEGenerator(DPSGDEstimator):
                 "randomized response on data-independent projections certifies nothing (the paper's claim)"))
         return self
 
-    def _planned_costs(self, n_samples):
-        """Randomized response: one pure epsilon-DP release; DP-SGD: the base's plan."""
+    def _planned_costs(self, n_samples, **plan):
+        """Randomized response: one pure epsilon-DP release; DP-SGD: the base's plan (``plan``: see ``_plan``)."""
         if self.mechanism != "dpsgd":
             return [Spend.pure(float(self.epsilon))]
-        return super()._planned_costs(n_samples)
+        return super()._planned_costs(n_samples, **plan)
 
     def _planned_privacy(self, n_samples):
         """(epsilon, delta) a fit on ``n_samples`` records will certify; labels assumed (``classes`` set)."""
@@ -347,29 +346,33 @@ class PGEGenerator(DPSGDEstimator):
             return float(self.epsilon), 0.0
         return super()._planned_privacy(n_samples)
 
-    def _plan(self, n_samples):
+    def _plan(self, n_samples, n_classes=None):
+        """The base's plan; ``n_classes``: the classes a fit conditions on (0: none), None: assumed from
+        ``classes`` (labels given whenever ``classes`` is set)."""
         batch_size = resolve_batch_size(self.batch_size, n_samples)
-        if self.classes is None and not self._cell_columns(n_samples):  # no counts released
+        labelled = self.classes is not None if n_classes is None else n_classes > 0
+        if not labelled and not self._cell_columns(n_samples, n_classes):  # no counts released
             return batch_size, self.max_epochs, self.epsilon, 0.0
         if math.isinf(self.epsilon):  # the counts are exact (DP-SGD may still be noised by a noise_multiplier)
             return batch_size, self.max_epochs, self.epsilon, math.inf
         return batch_size, self.max_epochs, (1 - COUNT_SHARE) * self.epsilon, COUNT_SHARE * self.epsilon
 
     def _check_ledger(self, n_samples):
-        """The fit's whole planned spend, counts and DP-SGD, checked against the ledger before the first charge.
+        """The fit's spends as it will charge them (the counts, then DP-SGD) checked against the ledger first.
 
         The counts are charged first; a ledger that cannot afford the DP-SGD part after them refused the fit
-        with the counts' share already spent.
+        with the counts' share already spent. Planned from the fit's own state (labels read from y included),
+        each release with its own cost (one combined spend's replace-one view is looser than theirs).
         """
-        if self.ledger is None or not self._counted():
+        check = getattr(self.ledger, "check_all", None)
+        if check is None or not self._counted():  # a user's ledger without it checks each charge itself
             return
-        costs = self._planned_costs(n_samples)
-        epsilon, delta = sum(c.epsilon for c in costs), sum(c.delta for c in costs)
-        if all(c.rdp is not None for c in costs):
-            cost = Spend.from_rdp([sum(v) for v in zip(*(c.rdp for c in costs))], epsilon, delta)
-        else:
-            cost = Spend.approx(epsilon, delta)
-        self.ledger.check(epsilon, delta, cost=cost)
+        dpsgd, *counts = self._planned_costs(n_samples, n_classes=self._n_classes())
+        check([*counts, dpsgd])
+
+    def _n_classes(self):
+        """Classes the fit conditions on: 0 for an unconditional fit, whatever ``classes`` says."""
+        return 0 if self.classes_ is None else len(self.classes_)
 
     def _counted(self):
         """Whether the fit releases counts (of classes, of cells or of both)."""
@@ -397,7 +400,7 @@ class PGEGenerator(DPSGDEstimator):
                     or self._module_choice(self.mechanism == "dpsgd") != "gaussian"):
                 return []
             cap = min(MAX_CELLS, int(n_samples) // CELL_ROWS)
-            if n_classes is None:
+            if n_classes is None:  # a plan: labels assumed whenever classes is set
                 n_classes = len(self.classes) if self.classes is not None else 1
             size = max(1, n_classes)
             chosen = []
@@ -446,7 +449,7 @@ class PGEGenerator(DPSGDEstimator):
 
     def _n_conditions(self):
         """Rows of the model's conditioning: classes times cells (0: an unconditional model)."""
-        n_classes = 0 if self.classes_ is None else len(self.classes_)
+        n_classes = self._n_classes()
         return n_classes * self._n_cells if n_classes else (self._n_cells if self.cell_columns_ else 0)
 
     def _fit_prior(self, codes, rng, certified):

@@ -361,16 +361,17 @@ class DPSGDEstimator(BaseEstimator):
         from ..utils.validation import resolve_batch_size
         return resolve_batch_size(self.batch_size, n_samples), self.max_epochs, self.epsilon, 0.0
 
-    def _planned_costs(self, n_samples):
+    def _planned_costs(self, n_samples, **plan):
         """The :class:`~skdp.privacy.composition.Spend` list of a fit on ``n_samples`` records, from public quantities.
 
         With ``n_samples`` the DP-SGD run's RDP curve (and a pure release's
         beside it, ``extra``); without, the ``epsilon`` it is calibrated to.
+        ``plan``: keywords of :meth:`_plan` (what a fit knows beyond the parameters).
         """
         if n_samples is None:
             eps = float(self.epsilon)
             return [Spend.approx(eps, 0.0 if math.isinf(eps) else float(self.delta))]
-        batch_size, epochs, epsilon, extra = self._plan(n_samples)
+        batch_size, epochs, epsilon, extra = self._plan(n_samples, **plan)
         sample_rate, n_lots, sigma, spent = plan_dpsgd(n_samples, batch_size, epochs, epsilon, self.delta,
                                                        self.noise_multiplier, self.accounting)
         costs = [dpsgd_cost([(sigma, sample_rate, n_lots * epochs)], spent,

@@ -717,17 +717,17 @@ class BudgetLedger:
         eps_left = math.inf if math.isinf(self.epsilon) else max(self.epsilon - eps, 0.0)
         return eps_left, (None if self.delta >= 1.0 else max(self.delta - delta, 0.0))
 
-    def _check_records(self, cost, records, caps, settings):
-        """Raise ``BudgetExceededError`` if ``cost`` on top of ``records`` passes the caps (the filter's rule)."""
+    def _check_records(self, cost, records, caps, settings, then=()):
+        """Raise ``BudgetExceededError`` if ``cost`` (then ``then``) on top of ``records`` passes the caps."""
         composition, adjacency = settings
-        if cost.adjacency == "replace-one" and adjacency == "add/remove":
+        if any(c.adjacency == "replace-one" for c in (cost, *then)) and adjacency == "add/remove":
             raise ValueError(
                 "This spend is (epsilon, delta)-DP under replace-one adjacency only (e.g. DFSRelease: a release "
                 "of one row per record), which says nothing under add/remove; this ledger's guarantee is "
                 "add/remove. Open a ledger with adjacency='replace-one' for these data (every spend is then "
                 "stated under replace-one). Nothing was recorded.")
         before = [_record_spend(r) for r in records]
-        after = filter_epsilon(before + [cost], caps, composition, adjacency)
+        after = filter_epsilon(before + [cost, *then], caps, composition, adjacency)
         if _over(after, caps):
             spent = composed_total(before, caps, composition, adjacency)
             how = (f"composed by RDP at order {filter_order(*caps):g}, the filter's" if composition == "rdp"
@@ -766,6 +766,34 @@ class BudgetLedger:
         self._require_attached()
         caps, records = self._caps_records()
         self._check_records(cost, records, caps, (self.composition, self.adjacency))
+
+    def check_all(self, costs):
+        """Raise ``BudgetExceededError`` if the spends ``costs``, made one after the other, would overdraw.
+
+        A check only, of a fit that charges several releases (each is recorded later by ``spend``): a
+        fit refused here spends nothing, where checking each release as it is charged would keep the
+        first ones spent.
+
+        Parameters
+        ----------
+        costs : sequence of Spend
+            The releases, in the order they will be charged.
+
+        Raises
+        ------
+        TypeError, ValueError
+            On a spend that is not a number or out of range.
+        BudgetExceededError
+            If the spends together would pass a cap.
+        LedgerDetachedError
+            On a detached copy of an in-memory ledger.
+        """
+        costs = [_cost(c.epsilon, c.delta, c) for c in costs]
+        if not costs:
+            return
+        self._require_attached()
+        caps, records = self._caps_records()
+        self._check_records(costs[0], records, caps, (self.composition, self.adjacency), then=costs[1:])
 
     def spend(self, epsilon, delta, label="", *, estimator=None, params=None, cost=None):
         """Check and record a spend atomically (across processes for a stored ledger).
