@@ -168,6 +168,6 @@ def test_ledger_check_all_checks_spends_made_one_after_the_other():
 
     ledger = BudgetLedger(epsilon=1.0, delta=1e-5, composition="basic")
     ledger.check_all([Spend.pure(0.5), Spend.pure(0.5)])
-    with pytest.raises(BudgetExceededError):
-        ledger.check_all([Spend.pure(0.5), Spend.pure(0.6)])
+    with pytest.raises(BudgetExceededError, match=r"spending 2 releases \(epsilon 0.5 \+ 0.6"):
+        ledger.check_all([Spend.pure(0.5), Spend.pure(0.6)])  # the message names them all (b08)
     assert ledger.to_frame().empty

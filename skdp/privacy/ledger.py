@@ -732,9 +732,11 @@ class BudgetLedger:
             spent = composed_total(before, caps, composition, adjacency)
             how = (f"composed by RDP at order {filter_order(*caps):g}, the filter's" if composition == "rdp"
                    and filter_order(*caps) is not None else "composed by basic composition")
+            what = (f"(epsilon={cost.epsilon:.4g}, delta={cost.delta:.3g}, {cost.adjacency})" if not then else
+                    f"{1 + len(then)} releases (epsilon " + " + ".join(f"{c.epsilon:.4g}" for c in (cost, *then))
+                    + f", delta {sum(c.delta for c in (cost, *then)):.3g})")
             raise BudgetExceededError(
-                f"Privacy budget exceeded: spending (epsilon={cost.epsilon:.4g}, delta={cost.delta:.3g}, "
-                f"{cost.adjacency}) on top of (epsilon={spent[0]:.4g}, delta={spent[1]:.3g}) already spent "
+                f"Privacy budget exceeded: spending {what} on top of (epsilon={spent[0]:.4g}, delta={spent[1]:.3g}) already spent "
                 f"would pass the total (epsilon={caps[0]:.4g}, delta={caps[1]:.3g}) ({how}: "
                 f"epsilon {after[0]:.4g}, delta {after[1]:.3g}).")
 
