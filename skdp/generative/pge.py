@@ -421,9 +421,13 @@ class PGEGenerator(DPSGDEstimator):
         return chosen
 
     def _cell_blocks(self):
-        """``(slices, widths)`` of the cell columns' one-hot blocks among the table's coordinates."""
+        """``(slices, widths, keep)``: the cell columns' one-hot blocks among the table's coordinates, and the
+        mask of the coordinates left to the model."""
         slices = [self.codec_.slices_[c] for c in self.cell_columns_]
-        return slices, [s.stop - s.start for s in slices]
+        keep = np.ones(self.codec_.n_coordinates_, dtype=bool)
+        for part in slices:
+            keep[part] = False
+        return slices, [s.stop - s.start for s in slices], keep
 
     def _join_cells(self, codes, Z):
         """Conditioning codes ``class * n_cells + cell`` and the coordinates left to the model.
@@ -437,14 +441,11 @@ class PGEGenerator(DPSGDEstimator):
             return codes, Z
         if self.codec_ is None:
             raise ValueError("cells name DataFrame columns; pass X as a pandas DataFrame.")
-        slices, widths = self._cell_blocks()
+        slices, widths, keep = self._cell_blocks()
         cell = np.zeros(len(Z), dtype=np.int64)
         for part, width in zip(slices, widths):
             cell = cell * width + np.argmax(Z[:, part], axis=1)
         self._n_cells = int(np.prod(widths))
-        keep = np.ones(Z.shape[1], dtype=bool)
-        for part in slices:
-            keep[part] = False
         return codes * self._n_cells + cell, np.ascontiguousarray(Z[:, keep])
 
     def _n_conditions(self):
@@ -581,7 +582,7 @@ class PGEGenerator(DPSGDEstimator):
         gen = torch_generator(rng, device=self.device)
         cell_columns = getattr(self, "cell_columns_", [])
         # Coordinates of the model: a table's one-hot blocks included, but for the cells' (set from the cell).
-        d = len(self.bounds_[0]) - (sum(self._cell_blocks()[1]) if cell_columns else 0)
+        d = int(self._cell_blocks()[2].sum()) if cell_columns else len(self.bounds_[0])
         module = self.net_.module_
         module.eval()
 
@@ -656,11 +657,8 @@ class PGEGenerator(DPSGDEstimator):
 
     def _place_cells(self, Z, cells):
         """The table's coordinates: the model's ``Z`` and, in the cell columns' blocks, the cells' one-hot codes."""
-        slices, widths = self._cell_blocks()
-        full = np.empty((len(Z), len(self.bounds_[0])))
-        keep = np.ones(full.shape[1], dtype=bool)
-        for part in slices:
-            keep[part] = False
+        slices, widths, keep = self._cell_blocks()
+        full = np.empty((len(Z), len(keep)))
         full[:, keep] = Z
         for part, width in zip(slices[::-1], widths[::-1]):  # mixed radix: the last column varies fastest
             cells, code = np.divmod(cells, width)
