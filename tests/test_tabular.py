@@ -267,22 +267,29 @@ def test_dp_median_is_close_and_fills_every_nan():
     assert not np.isnan(filled).any() and np.array_equal(filled[~np.isnan(X)], X[~np.isnan(X)])
 
 
-def test_pipeline_neighbour_replays_to_the_same_model():
-    # The generic harness on the composition: scaler -> Fisher, one outlier record added.
+def _replayed_neighbour(estimator, data, neighbour):
+    """The generic harness on one pair: fit a clone on ``data`` recording every release (noise shared), fit
+    another on ``neighbour`` replaying them; returns both fits, the recording and their differences."""
     from test_sensitivity_harness import _differences
 
-    X, y = _two_scales(300)
-    X2, y2 = np.r_[X, [[1e5, -1e5, 1e5]]], np.r_[y, 1]
-    pipe = make_pipeline(DPQuantileScaler(epsilon=1.0), DPFisherClassifier(epsilon=1.0, bounds=(-1, 1), classes=[0, 1]))
-    first, second = clone(pipe), clone(pipe)
+    first, second = clone(estimator), clone(estimator)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with insecure_noise_seed(0), taps.recording() as rec:
-            first.fit(X, y)
+            first.fit(*data)
         with insecure_noise_seed(0), taps.replaying(rec.releases):
-            second.fit(X2, y2)
+            second.fit(*neighbour)
+    return first, second, rec, _differences(first, second)
+
+
+def test_pipeline_neighbour_replays_to_the_same_model():
+    # The generic harness on the composition: scaler -> Fisher, one outlier record added.
+    X, y = _two_scales(300)
+    X2, y2 = np.r_[X, [[1e5, -1e5, 1e5]]], np.r_[y, 1]
+    pipe = make_pipeline(DPQuantileScaler(epsilon=1.0), DPFisherClassifier(epsilon=1.0, bounds=(-1, 1), classes=[0, 1]))
+    _, _, rec, differences = _replayed_neighbour(pipe, (X, y), (X2, y2))
     assert len([r for r in rec.releases if not r.mechanism.startswith("public:")]) == 2 + 3
-    assert not _differences(first, second)
+    assert not differences
 
 
 # -- PGEGenerator on mixed tables ----------------------------------------------------------------------
@@ -378,37 +385,19 @@ def test_pge_table_errors_name_the_problem():
 
 
 def test_pge_table_neighbour_replays_to_the_same_model():
-    from test_sensitivity_harness import _differences
-
     df = _mixed_frame(80)
     y = np.arange(80) % 2
     extra = df.iloc[:1].assign(age=100, income=1e4, colour="blue")
     gen = _pge(epsilon=2.0, classes=[0, 1], random_state=0, **PUBLIC)
-    first, second = clone(gen), clone(gen)
-    import pandas as pd
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with insecure_noise_seed(0), taps.recording() as rec:
-            first.fit(df, y)
-        with insecure_noise_seed(0), taps.replaying(rec.releases):
-            second.fit(pd.concat([df, extra], ignore_index=True), np.r_[y, 1])
-    assert not _differences(first, second)
+    assert not _cells_neighbours(gen, df, y, extra, 1)[3]
 
 
 # -- PGEGenerator's cells: the model conditioned on the joint categories of public columns ---------------
 def _cells_neighbours(gen, df, y, extra, extra_y):
-    from test_sensitivity_harness import _differences
     import pandas as pd
 
-    first, second = clone(gen), clone(gen)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with insecure_noise_seed(0), taps.recording() as rec:
-            first.fit(df, y)
-        with insecure_noise_seed(0), taps.replaying(rec.releases):
-            second.fit(pd.concat([df, extra], ignore_index=True), None if y is None else np.r_[y, extra_y])
-    return first, second, rec, _differences(first, second)
+    neighbour = (pd.concat([df, extra], ignore_index=True), None if y is None else np.r_[y, extra_y])
+    return _replayed_neighbour(gen, (df, y), neighbour)
 
 
 @pytest.mark.parametrize("classes", [[0, 1], None])
