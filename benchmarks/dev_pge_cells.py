@@ -29,13 +29,19 @@ from bench_tabular import _public_ranges, _tables, _tstr, marginal_tv  # noqa: E
 from skdp import PrivacyLeakWarning  # noqa: E402
 from skdp.generative import PGEGenerator, pge  # noqa: E402
 
+# A variant's flag (not a parameter): categories drawn from the sampled one-hot coordinates, as before
+# the Gaussian module's draws came from its means (PGEGenerator._category_probabilities).
+SAMPLED = "categories drawn from the sample"
 # name -> (cells, CELL_ROWS, other PGEGenerator parameters)
 VARIANTS = {"cells=None": (None, None, {}), "auto, 25 rows/cell": ("auto", 25, {}),
             "auto, 100 rows/cell": ("auto", 100, {}), "auto, 400 rows/cell": ("auto", 400, {}),
             "auto, 100 rows/cell, ema='auto'": ("auto", 100, {"ema": "auto"}),
             "auto, 100 rows/cell, ema='auto', lr 0.03": ("auto", 100, {"ema": "auto", "lr": 0.03}),
             "auto, 100 rows/cell, lr 0.03": ("auto", 100, {"lr": 0.03}),
-            "auto, 100 rows/cell, 60 epochs, ema='auto'": ("auto", 100, {"ema": "auto", "max_epochs": 60})}
+            "auto, 100 rows/cell, 60 epochs, ema='auto'": ("auto", 100, {"ema": "auto", "max_epochs": 60}),
+            "cells=None, categories drawn from the sample": (None, None, {SAMPLED: True}),
+            "auto, 100 rows/cell, ema='auto', categories drawn from the sample": ("auto", 100, {"ema": "auto",
+                                                                                           SAMPLED: True})}
 
 
 def run_one(name, seed, variant, epsilon):
@@ -43,6 +49,8 @@ def run_one(name, seed, variant, epsilon):
     X_tr, _, y_tr, _ = train_test_split(df, y, test_size=0.25, random_state=seed, stratify=y)
     X_a, X_v, y_a, y_v = train_test_split(X_tr, y_tr, test_size=0.25, random_state=seed, stratify=y_tr)
     cells, rows, params = VARIANTS[variant]
+    params = dict(params)
+    sampled = params.pop(SAMPLED, False)
     start = time.perf_counter()
     X_fill, _, bounds = _public_ranges(X_a, cats, 0.2 * epsilon)
     X_vfill = X_v.copy()  # NaN -> 0 as in the bench (a constant fill)
@@ -58,6 +66,8 @@ def run_one(name, seed, variant, epsilon):
                                cells=cells, verbose=0, **params).fit(X_fill, y_a)
     finally:
         pge.CELL_ROWS = saved
+    if sampled:
+        gen._category_probabilities = lambda Z, conditions: Z  # the draw before: from the sampled coordinates
     X_syn, y_syn = gen.sample(len(X_a))
     y_syn = np.asarray(y_syn)
     one, two = marginal_tv(X_syn.assign(y=y_syn), X_fill.assign(y=y_a), cats)
@@ -72,6 +82,7 @@ def main():
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--tables", default="default,credit")
     parser.add_argument("--variants", default=";".join(VARIANTS), help="names of VARIANTS, separated by ;")
+    parser.add_argument("--out", default="dev_pge_cells.md", help="the result's file name in benchmarks/results")
     args = parser.parse_args()
     rows = []
     for name in args.tables.split(","):
@@ -93,7 +104,7 @@ def main():
                          + [f"{g['seconds'].mean():.0f}"])
         lines += [f"## {name}", "", markdown_table(["variant", "cells (seed 0)", "TSTR AUC (dev)", "TV 1-way",
                                                     "TV 2-way", "s / fit+sample"], table), ""]
-    write_result("dev_pge_cells.md", "\n".join(lines))
+    write_result(args.out, "\n".join(lines))
 
 
 if __name__ == "__main__":

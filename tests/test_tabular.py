@@ -364,6 +364,26 @@ def test_pge_gaussian_fit_is_not_bent_by_clipping():
     assert abs(share.get("yes", 0.0) - 0.25) < 0.07, share
 
 
+def test_pge_gaussian_draws_categories_in_their_proportions():
+    # The diagonal Gaussian module's estimate of P(category) is its mean (2 p - 1); drawing a category from a
+    # *sampled* block (weights max((z + 1) / 2, 0) of noisy coordinates) flattened p towards uniform: the
+    # truncation at 0 gave rare categories mass they do not have (credit_data's Home: a TV of 0.14 from the
+    # draw alone). No noise: the sampled shares must match the data's.
+    import pandas as pd
+    from skdp.generative import PGEGenerator
+
+    rng = np.random.default_rng(1)
+    levels, p = ["a", "b", "c", "d"], np.array([0.55, 0.3, 0.1, 0.05])
+    df = pd.DataFrame({"kind": rng.choice(levels, 1500, p=p), "x": rng.normal(50, 10, 1500)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # epsilon=inf: no noise, said once
+        gen = PGEGenerator(epsilon=np.inf, module="gaussian", categories={"kind": levels}, cells=None,
+                           bounds={"x": (0, 100)}).fit(df)
+    data = df["kind"].value_counts(normalize=True).reindex(levels).to_numpy()
+    share = gen.sample(4000, random_state=0)["kind"].value_counts(normalize=True).reindex(levels, fill_value=0)
+    assert 0.5 * np.abs(share.to_numpy() - data).sum() < 0.04, (share, data)
+
+
 def test_pge_categories_read_from_the_data_warn_and_uncertify():
     df = _mixed_frame()
     with pytest.warns(PrivacyLeakWarning, match="'colour' has no public categories"):

@@ -608,6 +608,7 @@ class PGEGenerator(DPSGDEstimator):
             self.acceptance_rates_.append(rates)
         self.acceptance_rates_ = np.mean(self.acceptance_rates_, axis=0)
         Z = torch.cat(chunks).cpu().numpy().astype(np.float64)
+        Z = self._category_probabilities(Z, conditions if width else None)
         if cell_columns:
             Z = self._place_cells(Z, cells)
         X = self._unscale(Z)
@@ -651,6 +652,34 @@ class PGEGenerator(DPSGDEstimator):
             rows = np.flatnonzero(codes == c)
             cells[rows] = rng.choice(prior.shape[1], size=len(rows), p=prior[c] / prior[c].sum())
         return self.classes_[codes], codes * prior.shape[1] + cells, prior.size, cells
+
+    def _category_probabilities(self, Z, conditions):
+        """Under the diagonal Gaussian module, each categorical block of ``Z`` set to its component's mean.
+
+        The module models a one-hot block's coordinates as independent given the class and cell, with mean
+        ``2 p_k - 1``: ``p_k`` is its estimate of the category's probability, and the codec's draw from the
+        mean is a draw from ``p``. A draw from a *sampled* block (weights ``max((z + 1) / 2, 0)`` of a noisy
+        coordinate) flattens ``p`` towards uniform: the truncation at 0 gives a rare category mass it does not
+        have (Home in credit_data: a total variation of 0.14 from the draw alone). The means are released
+        parameters: post-processing. Other modules learn the one-hot structure, and their samples are drawn from.
+        """
+        codec = getattr(self, "codec_", None)
+        module = self.net_.module_
+        if codec is None or not isinstance(module, GaussianScore):
+            return Z
+        mask = np.zeros(codec.n_coordinates_, dtype=bool)
+        for column in codec.columns_:
+            if codec.kinds_[column] == "category":
+                mask[codec.slices_[column]] = True
+        if getattr(self, "cell_columns_", []):
+            mask = mask[self._cell_blocks()[2]]  # the cells' blocks are set from the cell, not modelled
+        if not mask.any():
+            return Z
+        means = module.mean.detach().cpu().numpy().astype(np.float64)  # one row per condition (or one)
+        rows = np.zeros(len(Z), dtype=np.int64) if conditions is None else np.asarray(conditions)
+        Z = Z.copy()
+        Z[:, mask] = means[rows][:, mask]
+        return Z
 
     def _one_hot(self, codes, width):
         return torch.nn.functional.one_hot(torch.as_tensor(codes, device=self.device), width).float()

@@ -7,9 +7,11 @@ noise level suits every coordinate). The model learns the joint density of all
 coordinates; a sampled block is turned back into one category by a categorical draw
 with probabilities proportional to the block's coordinates mapped back to [0, 1]
 (``max((z + 1) / 2, 0)``; argmax when all are 0). For a model that has learnt the
-one-hot structure the draw is the nearest vertex; for the diagonal Gaussian model
-each coordinate's mean is ``2 p_k - 1`` and the draw keeps the proportions ``p_k``
-on average, which argmax would sharpen towards the most frequent category.
+one-hot structure the draw is the nearest vertex (argmax would sharpen a blurred block
+towards the most frequent category). The diagonal Gaussian model gives its block's
+means instead of a sample (each coordinate's mean is ``2 p_k - 1``, so the draw is from
+``p``): a draw from its noisy sampled coordinates flattens ``p`` towards uniform
+(``PGEGenerator._category_probabilities``).
 
 Which categories are public: those given in ``categories={column: [...]}``, a
 pandas ``CategoricalDtype``'s categories (declared by whoever built the dtype:
