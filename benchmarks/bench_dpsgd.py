@@ -18,7 +18,9 @@ nn.MultiheadAttention); skdp runs ``skdp.nn.fix_module`` of it (DPLSTM, DPMultih
 on the hooks; Opacus runs its own drop-ins (``opacus.layers.DPLSTM``, ``ModuleValidator.fix``).
 No torch.func row for these: per-example gradients of the whole model are far slower.
 
-Run: python benchmarks/bench_dpsgd.py [--rounds 30] [--threads 1,2] [--device cuda] [--vmap] [--breakdown]
+``--floor``: what the parts of skdp's MLP step cost (``dpsgd_floor.md``; see ``floor``).
+
+Run: python benchmarks/bench_dpsgd.py [--rounds 30] [--threads 1,2] [--device cuda] [--vmap] [--breakdown] [--floor]
                                      [--models mlp,cnn,lenet,resnet_gn,transformer,lstm,encoder]
 """
 import argparse
@@ -363,6 +365,94 @@ def breakdown(rounds):
         [("non-private step", f"{base_t * 1e3:.3f}", "1.00x")]
 
 
+def floor(rounds):
+    """Where the MLP's ratio comes from: the step with parts of skdp's engine taken away, interleaved.
+
+    Rows: the non-private step; ghost clipping written out by hand for this MLP (forward, one backward to
+    the layer outputs, per-example norms ||a|| ||g||, the clipped sums; no engine, no guards, no noise):
+    the arithmetic floor of one-backward clipping; skdp's engine without noise (clipping and the guards
+    of every lot: parameter/buffer snapshots and the module-state comparison); the same with the guards
+    patched out (a diagnostic only: no estimator runs without them); the engine with noise drawn ahead
+    (the default) and drawn at the step; and the Gaussian draw alone (one ``normal_`` per parameter).
+    Each round runs every row once, in turn, after the same non-private step.
+    """
+    import skdp.engine.dpsgd as dpsgd
+
+    torch.manual_seed(0)
+    X, y = torch.randn(B, 1, 28, 28, device=DEVICE), torch.randint(0, 10, (B,), device=DEVICE)
+    guards = ("parameter_versions", "check_parameters_unchanged", "buffer_versions", "check_buffers_unchanged",
+              "module_state", "check_state_unchanged")
+    kept = {name: getattr(dpsgd, name) for name in guards}
+    off = {"parameter_versions": lambda m, reuse=None: None, "buffer_versions": lambda m, reuse=None: None,
+           "module_state": lambda m, deep=False: None}
+
+    def engine_step(sigma, ahead=True, guarded=True):
+        model = mlp().to(DEVICE)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=sigma, expected_batch_size=B,
+                             generator=torch.Generator(DEVICE).manual_seed(0))
+        engine.draw_noise_ahead = ahead
+
+        def step():
+            for name in guards:
+                setattr(dpsgd, name, kept[name] if guarded else off.get(name, lambda *a, **k: None))
+            opt.zero_grad()
+            engine.private_gradients(loss_fn, (X, y))
+            opt.step()
+        return step
+
+    def by_hand():
+        model = mlp().to(DEVICE)
+        flat, l1, _, l2 = model
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step():
+            opt.zero_grad()
+            a1 = flat(X)
+            h = l1(a1)
+            r = torch.relu(h)
+            out = l2(r)
+            losses = nn.functional.cross_entropy(out, y, reduction="none")
+            gh, go = torch.autograd.grad(losses.sum(), [h, out])
+            gh2, go2 = gh.pow(2).sum(1), go.pow(2).sum(1)
+            norms = (a1.pow(2).sum(1) * gh2 + gh2 + r.detach().pow(2).sum(1) * go2 + go2).sqrt()
+            scale = (1.0 / (norms + 1e-6)).clamp(max=1.0)[:, None]
+            gh, go = gh * scale, go * scale
+            for p, g in ((l1.weight, gh.t() @ a1), (l1.bias, gh.sum(0)), (l2.weight, go.t() @ r.detach()),
+                         (l2.bias, go.sum(0))):
+                p.grad = g / B
+            opt.step()
+        return step
+
+    base = mlp().to(DEVICE)
+    base_opt = torch.optim.SGD(base.parameters(), lr=0.1, momentum=0.9)
+    params = [p for p in mlp().parameters()]
+    gen = torch.Generator(DEVICE).manual_seed(0)
+    rows = {"non-private step": lambda: nonprivate_step(base, base_opt, X, y),
+            "ghost clipping by hand (no engine, no guards, no noise)": by_hand(),
+            "skdp engine, no noise (clipping + guards)": engine_step(0.0),
+            "skdp engine, no noise, guards patched out (diagnostic)": engine_step(0.0, guarded=False),
+            "skdp engine, noise drawn ahead (default)": engine_step(1.0),
+            "skdp engine, noise drawn at the step": engine_step(1.0, ahead=False),
+            "the Gaussian draw alone (normal_, every parameter)":
+                lambda: [torch.empty_like(p).normal_(0.0, 1.0, generator=gen) for p in params]}
+    times = {k: [] for k in rows}
+    try:
+        for i in range(rounds + 10):
+            for k, fn in rows.items():
+                t = time.perf_counter()
+                fn()
+                sync()
+                if i >= 10:
+                    times[k].append(time.perf_counter() - t)
+    finally:
+        for name in guards:
+            setattr(dpsgd, name, kept[name])
+    base_t = statistics.median(times["non-private step"])
+    return [(k, f"{statistics.median(v) * 1e3:.3f}", f"{statistics.median(v) / base_t:.2f}x")
+            for k, v in times.items()]
+
+
 def plot_ratios(rows, path, target=2.5):
     import matplotlib
     matplotlib.use("Agg")
@@ -393,6 +483,8 @@ def main():
     parser.add_argument("--vmap", action="store_true", help="add the torch.func (vmap) rows (slow on the MLP)")
     parser.add_argument("--breakdown", action="store_true", help="the MLP step's phases, at each thread count")
     parser.add_argument("--note", default="", help="a line on the machine's load, written under the table")
+    parser.add_argument("--floor", action="store_true",
+                        help="only the MLP's floor rows (what the engine's parts cost), to dpsgd_floor.md")
     parser.add_argument("--models", default=",".join(["mlp", "cnn", "lenet", "resnet_gn"]),
                         help="comma-separated subset of " + ", ".join([*MODELS, *SEQUENCE_MODELS]))
     args = parser.parse_args()
@@ -404,6 +496,21 @@ def main():
     threads = [torch.get_num_threads()] if DEVICE.type == "cuda" else [int(t) for t in args.threads.split(",")]
     header = ["model", "step", "median ms", "vs non-private", "peak MB"]
     load_before = os.getloadavg()
+    if args.floor:
+        rows = []
+        for t in threads:
+            torch.set_num_threads(t)
+            rows += [(t, *r) for r in floor(args.rounds)]
+        load_after = os.getloadavg()
+        text = (f"# Where the DP-SGD MLP step's ratio comes from (batch {B}, MLP 784-256-10, {where})\n\n"
+                f"{environment()}; {args.rounds} interleaved rounds per thread count, medians. Load average "
+                f"(1, 5, 15 min) before {', '.join(f'{v:.2f}' for v in load_before)}, after "
+                f"{', '.join(f'{v:.2f}' for v in load_after)} ({os.cpu_count()} cores). {args.note}\n\n"
+                f"Produced by `python benchmarks/bench_dpsgd.py --floor`; the rows are in `floor`'s docstring.\n\n"
+                + markdown_table(["threads", "step", "median ms", "vs non-private"], rows) + "\n")
+        print(text)
+        write_result(f"dpsgd_floor{suffix}.md", text)
+        return
     rows, phases = [], []
     for t in threads:
         torch.set_num_threads(t)
