@@ -52,6 +52,8 @@ TARGETS = {("digits", "pixels", 1.0): 0.93, ("digits", "pixels", 10.0): 0.97,
 # On digits, the recipe's image rows beside the linear default (module and augment are the user's choice).
 DIGITS_EXTRA = {"skdp defaults, module='cnn'": dict(module="cnn"),
                 "skdp defaults, module='cnn', augment=4": dict(module="cnn", augment=4)}
+# On MNIST pixels, augmentation multiplicity beside the default (the CNN, from image_shape=(28, 28)).
+MNIST_EXTRA = {"skdp defaults, augment=4": dict(augment=4)}
 BEST_DOCUMENTED = {("digits", "pixels", 1.0): "0.90 (previous defaults, classifier_accuracy.md)",
                    ("MNIST 8k", "pixels", 1.0): "0.859 (linear, lots of 1000); Opacus MLP 0.841 (issue 13)",
                    ("MNIST 8k", "pixels", 10.0): "0.922 (CNN, lots of 1000); Opacus MLP 0.898 (issue 13)",
@@ -100,7 +102,16 @@ def main():
     parser.add_argument("--skip-shared", action="store_true", help="only scikit-learn's shipped data")
     parser.add_argument("--pge-only", action="store_true",
                         help="only the PGEGenerator rows; every other row of the committed defaults.md is kept")
+    parser.add_argument("--only", default="",
+                        help="only these 'data/features' rows (comma-separated, e.g. 'MNIST 8k/pixels'); every "
+                             "other row of the committed defaults.md is kept")
     args = parser.parse_args()
+    only = {w.strip() for w in args.only.split(",") if w.strip()}
+
+    def wanted(data, features):
+        if args.pge_only:
+            return features == "PGE"
+        return not only or f"{data}/{features}" in only
     seeds = range(args.seeds)
     have_opacus = importlib.util.find_spec("opacus") is not None
     results = {}  # (data, features, eps, what) -> [accuracy]
@@ -119,21 +130,28 @@ def main():
         return estimator, time.perf_counter() - t0
 
     # -- DPMomentumClassifier on pixels ----------------------------------------------------------
-    splits = [] if args.pge_only else [("digits", "pixels", 1e-5, (1.0, 10.0), digits_split)]
-    if not (args.skip_shared or args.pge_only):
+    splits = [("digits", "pixels", 1e-5, (1.0, 10.0), digits_split, {})] if wanted("digits", "pixels") else []
+    if not args.skip_shared and (wanted("MNIST 8k", "pixels") or wanted("MNIST 8k", "scattering")):
         Xm, ym = load_mnist_folder(SHARED_DATA / "mnist-t10k")
         Xm = Xm.reshape(len(Xm), -1) / 127.5 - 1.0
-        splits.append(("MNIST 8k", "pixels", 1e-5, (1.0, 10.0), lambda s: mnist(s, Xm, ym)))
-        # Scattering is row-wise and fixed: transform every image once, then split.
-        Sm = ScatteringTransform().fit(Xm[:1]).transform(Xm)
-        splits.append(("MNIST 8k", "scattering", 1e-5, (1.0, 10.0), lambda s: mnist(s, Sm, ym)))
-    for data, features, delta, epsilons, make in splits:
+        if wanted("MNIST 8k", "pixels"):
+            # image_shape says what the rows are (public): module="auto" then takes the CNN.
+            splits.append(("MNIST 8k", "pixels", 1e-5, (1.0, 10.0), lambda s: mnist(s, Xm, ym),
+                           {"image_shape": (28, 28)}))
+        if wanted("MNIST 8k", "scattering"):
+            # Scattering is row-wise and fixed: transform every image once, then split.
+            Sm = ScatteringTransform().fit(Xm[:1]).transform(Xm)
+            splits.append(("MNIST 8k", "scattering", 1e-5, (1.0, 10.0), lambda s: mnist(s, Sm, ym), {}))
+    for data, features, delta, epsilons, make, given in splits:
+        extra = DIGITS_EXTRA if data == "digits" else MNIST_EXTRA if features == "pixels" else {}
         for seed in seeds:
             Xtr, Xte, ytr, yte = make(seed)
             for eps in epsilons:
-                clf, secs = timed_fit(DPMomentumClassifier(epsilon=eps, delta=delta, classes=range(10)), Xtr, ytr)
+                clf, secs = timed_fit(DPMomentumClassifier(epsilon=eps, delta=delta, classes=range(10), **given),
+                                      Xtr, ytr)
                 add((data, features, eps, "skdp defaults"), clf.score(Xte, yte), secs)
-                for what, params in (DIGITS_EXTRA.items() if data == "digits" else ()):
+                for what, params in extra.items():
+                    params = {**given, **params}
                     clf, secs = timed_fit(DPMomentumClassifier(epsilon=eps, delta=delta, classes=range(10), **params),
                                           Xtr, ytr)
                     add((data, features, eps, what), clf.score(Xte, yte), secs)
@@ -143,7 +161,7 @@ def main():
                     add((data, features, eps, "Opacus MLP"), quiet(opacus_mlp, Xtr, ytr, Xte, yte, eps, delta, seed))
 
     # -- ORL faces, the thesis's 14x11 pipeline with classifier defaults -------------------------
-    if not (args.skip_shared or args.pge_only):
+    if not args.skip_shared and wanted("ORL 14x11", "public mean face"):
         images, target = load_orl_faces(SHARED_DATA / "orl_faces.npz")
         public = np.flatnonzero(np.arange(len(target)) % 10 == 0)  # image 1 of each subject
         low = Downsample(8, method="area").fit(images[:1]).transform(images.astype(np.float32) / 255.0)
@@ -167,6 +185,8 @@ def main():
                 # breast cancer has no public ranges: we take them from the whole set (labelled so).
                 ("breast_cancer (bounds from the data)", Xb, yb, (Xb.min(0), Xb.max(0)), None)]
     for name, X, y, bounds, scale in pge_data:
+        if not wanted(name, "PGE") and not (only and name == "digits" and "digits/PGE" in only):
+            continue
         for seed in seeds:
             Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=seed)
             gen, secs = timed_fit(PGEGenerator(epsilon=1.0, bounds=bounds, classes=np.unique(y), random_state=seed),
@@ -186,8 +206,8 @@ def main():
         secs = fit_seconds.get((data, features, eps, what))
         rows.append((data, features, f"{eps:g}", what, f"{mean:.3f} ± {np.std(accs):.3f}", len(accs),
                      "" if secs is None else f"{np.mean(secs):.1f}", best, verdict))
-    if args.pge_only:  # the committed report with its PGE rows replaced by this run's
-        _replace_rows(rows, args.seeds)
+    if args.pge_only or only:  # the committed report with this run's rows in place of its own
+        _replace_rows(rows, args.seeds, "--pge-only" if args.pge_only else f"--only {args.only!r}")
         return
     table = markdown_table(["data", "features", "epsilon", "estimator", "accuracy", "seeds", "fit s",
                             "best documented configuration", "target"], rows)
@@ -197,18 +217,27 @@ def main():
     write_result("defaults.md", text)
 
 
-def _replace_rows(rows, seeds):
-    """Rewrite the committed defaults.md with the PGE rows of ``rows`` in place of its own."""
+def _replace_rows(rows, seeds, how):
+    """Rewrite the committed defaults.md with ``rows`` in place of its rows of the same data, features,
+    epsilon and estimator; a row it lacks goes after the last row of its data and features."""
     from _common import RESULTS
 
     lines = (RESULTS / "defaults.md").read_text().splitlines()
-    fresh = {(r[0], r[1]): "| " + " | ".join(str(c) for c in r) + " |" for r in rows}
-    out = []
+    fresh = {tuple(str(c) for c in r[:4]): "| " + " | ".join(str(c) for c in r) + " |" for r in rows}
+    out, last = [], {}
     for line in lines:
         cells = [c.strip() for c in line.strip("|").split("|")]
-        out.append(fresh.pop((cells[0], cells[1]), line) if len(cells) > 2 else line)
-    note = (f"PGE rows rerun on {time.strftime('%Y-%m-%d')} ({seeds} seeds, `--pge-only`); every other row is "
-            "kept from the committed run (`git log benchmarks/results/defaults.md`).")
+        if line.startswith("|") and len(cells) >= 9:
+            line = fresh.pop(tuple(cells[:4]), line)
+            last[tuple(cells[:2])] = len(out)
+        out.append(line)
+    # From the bottom up, and the rows of one place in reverse: each lands in this run's order.
+    pending = sorted(enumerate(fresh.items()), key=lambda item: (-last.get(item[1][0][:2], len(out)), -item[0]))
+    for _, (key, line) in pending:
+        out.insert(last.get(key[:2], len(out) - 1) + 1, line)
+    data = sorted({f"{r[0]} / {r[1]}" for r in rows})
+    note = (f"Rows of {', '.join(data)} rerun on {time.strftime('%Y-%m-%d')} ({seeds} seeds, `{how}`); every "
+            "other row is kept from the committed run (`git log benchmarks/results/defaults.md`).")
     out.insert(2, note + "\n")
     write_result("defaults.md", "\n".join(out) + "\n")
 

@@ -50,6 +50,31 @@ def test_planned_spend_of_the_auto_schedule_is_what_the_fit_spends(digits):
     assert planned == pytest.approx(clf.epsilon_) and delta == clf.delta_
 
 
+def test_auto_module_reads_the_declared_image_shape_only():
+    # "auto" is the CNN for declared images of >= 16 x 16 pixels, else the linear model; it reads parameters
+    # only (the privacy plan, whose lot the CNN caps at 500, is fixed before any row is read).
+    assert _defaults.auto_module(None) == "linear" and _defaults.auto_module((8, 8)) == "linear"
+    assert _defaults.auto_module((16, 16)) == "cnn" and _defaults.auto_module((3, 32, 32)) == "cnn"
+    assert _defaults.auto_module((28, 8)) == "linear"
+    assert _defaults.auto_batch_size(8000, "cnn") == 500 and _defaults.auto_batch_size(8000) == 2000
+    assert _defaults.auto_batch_size(1000, "cnn") == 250  # n / 4 below the cap
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-1, 1, (2400, 256)), rng.integers(0, 3, 2400)
+    common = dict(epsilon=2.0, classes=range(3), max_epochs=1, random_state=0)
+    image = DPMomentumClassifier(image_shape=(16, 16), **common)
+    planned, _ = image._planned_privacy(len(X))
+    image.fit(X, y)
+    assert image.module == "auto" and image.module_ == "cnn" and image.batch_size_ == 500
+    assert type(image.net_.module_).__name__ != "SoftmaxRegression"
+    assert planned == pytest.approx(image.epsilon_)  # the plan before the data is the fit's
+    table = DPMomentumClassifier(**common).fit(X, y)  # 256 columns, no image_shape: a table
+    assert table.module_ == "linear" and table.batch_size_ == 600
+    cube = DPMomentumClassifier(**common).fit(X.reshape(-1, 16, 16), y)  # not declared: the plan is the table's
+    assert cube.module_ == "linear"
+    explicit = DPMomentumClassifier(module="cnn", image_shape=(16, 16), **common)
+    assert explicit._schedule(len(X))[0] == 500
+
+
 def test_auto_lr_follows_the_noise_and_the_model_size():
     base = _defaults.auto_lr(256, 300, 4.0, 1000, 0.9, 1.0)
     assert _defaults.auto_lr(256, 300, 8.0, 1000, 0.9, 1.0) == pytest.approx(base / 2)  # twice the noise

@@ -79,6 +79,10 @@ Clipping: ``max_grad_norm`` stays 1; the rule divides by C, so a clipping
 import math
 
 SAMPLE_RATE = 0.25
+#: The largest "auto" lot of module="cnn" (see ``auto_batch_size``).
+CNN_MAX_LOT = 500
+#: The smallest image side (declared by ``image_shape``) for which module="auto" takes the CNN.
+CNN_MIN_SIDE = 16
 STEPS = 300
 NOISE_RADIUS = 7.0
 #: The radius of module="cnn" (GroupNormCNN): 3 x NOISE_RADIUS (benchmarks/results/dev_recipe.md).
@@ -87,20 +91,54 @@ LR_MAX = 1.0
 EMA_WINDOWS = 10.0
 
 
-def auto_batch_size(n_samples):
-    """Return the expected lot size of the "auto" rule: ``n / 4`` (at least 1).
+def auto_module(image_shape):
+    """Return the module of ``module="auto"``: "cnn" for declared images of at least 16 x 16, else "linear".
+
+    The rule reads the estimator's parameters only (``image_shape``, public), never the data, so that the
+    privacy plan (which depends on the lot size, see :func:`auto_batch_size`) is fixed before any row
+    is read: rows passed as ``(n, H, W)`` arrays without ``image_shape`` take the linear model, as do
+    flat rows (a table of 784 columns is not an image). The GroupNorm CNN beat the linear model on
+    28 x 28 mnist-dev by 0.05 at epsilon 1 and 10 (0.899 / 0.941 against 0.848 / 0.896, lots of 500,
+    ``benchmarks/results/dev_recipe.md``) and lost to it on 8 x 8 digits-dev (0.826 / 0.958 against
+    0.907 / 0.958): hence the threshold between the two sizes.
+
+    Parameters
+    ----------
+    image_shape : tuple of int or None
+        The estimator's ``image_shape`` ((H, W) or (C, H, W)).
+
+    Returns
+    -------
+    module : {"cnn", "linear"}
+    """
+    if image_shape is None or len(tuple(image_shape)) < 2:
+        return "linear"
+    return "cnn" if min(tuple(image_shape)[-2:]) >= CNN_MIN_SIDE else "linear"
+
+
+def auto_batch_size(n_samples, module=None):
+    """Return the expected lot size of the "auto" rule: ``n / 4`` (at least 1; at most 500 for the CNN).
+
+    The CNN's lot is capped at ``CNN_MAX_LOT`` (500) for compute: on 28 x 28 mnist-dev (6,000 records)
+    lots of n / 4 = 1,500 take about 7.5 min a fit on 2 cores and lots of 500 about 1.2 min, with the
+    same noise on the mean gradient in the large-sigma regime at epsilon 1 (sigma / B: 17.6 / 1,500
+    against 6.0 / 500; Sander et al. 2023); lots of 500 gave 0.899 / 0.941 there at epsilon 1 / 10
+    (``benchmarks/results/dev_recipe.md``; n / 4 was not run to the end: too slow).
 
     Parameters
     ----------
     n_samples : int
         Number of training records n (treated as public).
+    module : str or None, default=None
+        The resolved built-in module ("cnn" takes the cap); None or another: no cap.
 
     Returns
     -------
     batch_size : int
-        ``max(1, round(n / 4))``: Poisson rate q = 1/4.
+        ``max(1, round(n / 4))``: Poisson rate q = 1/4 (``min(.., 500)`` for "cnn").
     """
-    return int(max(1, round(SAMPLE_RATE * n_samples)))
+    batch_size = int(max(1, round(SAMPLE_RATE * n_samples)))
+    return min(batch_size, CNN_MAX_LOT) if module == "cnn" else batch_size
 
 
 def auto_max_epochs(n_samples, batch_size):

@@ -67,7 +67,8 @@ DP_PARAMETER_DOCS = {
     "auto": enough epochs for about 300 lots. The value used is ``max_epochs_``.""",
     "auto_batch_size": """batch_size : int or "auto", default={default}
     Expected lot size (lots are Poisson samples of rate ``batch_size / n``).
-    "auto": ``n_samples / 4``. The value used is ``batch_size_``.""",
+    "auto": ``n_samples / 4`` (at most 500 for ``module="cnn"``, for compute).
+    The value used is ``batch_size_``.""",
     "ema": """ema : "auto", float or None, default={default}
     The released network is an exponential moving average of the weights
     over the fit's lots (post-processing of the noisy iterates: the privacy

@@ -118,7 +118,7 @@ class _DPMomentum(DPSGDEstimator):
         **DPSGD_CONSTRAINTS,
         "lr": [StrOptions({"auto"}), Number(numbers.Real, 0, None, closed="neither")],
         "max_epochs": [StrOptions({"auto"}), Number(numbers.Integral, 1, None, closed="left")],
-        "module": [StrOptions({"linear", "mlp", "cnn"}), type, torch.nn.Module],
+        "module": [StrOptions({"auto", "linear", "mlp", "cnn"}), type, torch.nn.Module],
         "momentum": [Number(numbers.Real, 0, 1, closed="left")],
         "ema": [None, StrOptions({"auto"}), Number(numbers.Real, 0, 1, closed="left")],
         "augment": [None, Interval(numbers.Integral, 1, None, closed="left"), dict],
@@ -297,11 +297,17 @@ class _DPMomentum(DPSGDEstimator):
     # -- the schedule: public quantities only (see skdp.nn._defaults for the rules) -------------
     def _schedule(self, n_samples):
         """``(batch_size, max_epochs)`` of a fit on ``n_samples`` records, "auto" resolved."""
-        batch_size = (_defaults.auto_batch_size(n_samples) if self.batch_size == "auto"
+        batch_size = (_defaults.auto_batch_size(n_samples, self._module_name()) if self.batch_size == "auto"
                       else resolve_batch_size(self.batch_size, n_samples))
         epochs = (_defaults.auto_max_epochs(n_samples, batch_size) if self.max_epochs == "auto"
                   else int(self.max_epochs))
         return batch_size, epochs
+
+    def _module_name(self):
+        """The built-in module's name, ``module="auto"`` resolved from ``image_shape`` (None for the user's)."""
+        if not isinstance(self.module, str):
+            return None
+        return _defaults.auto_module(self.image_shape) if self.module == "auto" else self.module
 
     def _plan(self, n_samples):
         batch_size, epochs = self._schedule(n_samples)
@@ -320,14 +326,16 @@ class _DPMomentum(DPSGDEstimator):
         _, n_lots, sigma, _ = plan_dpsgd(n_samples, self.batch_size_, self.max_epochs_, self.epsilon, self.delta,
                                          self.noise_multiplier, self.accounting)
         # The normalised CNN (weight standardisation + GroupNorm) takes a larger radius (skdp.nn._defaults).
-        radius = _defaults.NOISE_RADIUS_CNN if self.module == "cnn" else _defaults.NOISE_RADIUS
+        radius = _defaults.NOISE_RADIUS_CNN if self._module_name() == "cnn" else _defaults.NOISE_RADIUS
         return _defaults.auto_lr(self.batch_size_, n_lots * self.max_epochs_, sigma, n_params, self.momentum,
                                  self.max_grad_norm, radius=radius)
 
     def _make_net(self, input_shape, n_samples, n_outputs):
         kwargs = self._net_kwargs()
         module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("module__")}
-        module, module_kwargs = module_spec(self.module, input_shape=input_shape, n_classes=n_outputs,
+        name = self._module_name()
+        self.module_ = name or getattr(self.module, "__name__", type(self.module).__name__)
+        module, module_kwargs = module_spec(name or self.module, input_shape=input_shape, n_classes=n_outputs,
                                             image_shape=self.image_shape, **module_kwargs)
         if self.normalize_rows == "rms" and isinstance(self.module, str):  # built-in modules only
             module, module_kwargs = RowRMSNormalized, {"module": module, **module_kwargs}
@@ -407,9 +415,14 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
     Parameters
     ----------
-    module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
-        "linear" is the thesis's single-layer network (softmax regression).
-        Constructor arguments go in ``module__*`` (e.g. ``module__hidden_sizes=(128,)``).
+    module : {"auto", "linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="auto"
+        "linear" is the thesis's single-layer network (softmax regression);
+        "cnn" the weight-standardised GroupNorm CNN. "auto": "cnn" when
+        ``image_shape`` declares images of at least 16 x 16 pixels, else
+        "linear" (a rule on parameters only, so the privacy plan is known
+        before the data; see ``skdp.nn._defaults.auto_module``). The value
+        used is ``module_``. Constructor arguments go in ``module__*``
+        (e.g. ``module__hidden_sizes=(128,)``).
     {dp:bounds}
     {dp:epsilon}
     {dp:delta}
@@ -429,7 +442,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         The public set of labels. None reads it from ``y`` (warns: the label set
         of the private data is released; ``privacy_certified_=False``).
     image_shape : tuple (H, W) or None, default=None
-        Image size of flat input for ``module="cnn"``.
+        Image size of flat input for ``module="cnn"``; declares the rows
+        images for ``module="auto"``.
     normalize_rows : {"rms", "none"}, default="rms"
         "rms": the built-in modules ("linear", "mlp", "cnn") first rescale each
         row to root-mean-square 1 (``x * sqrt(n_features) / ||x||``), a fixed
@@ -456,6 +470,9 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         The label set (public if ``classes`` was given).
     {dp:attributes}
     {dp:schedule_attributes}
+    module_ : str
+        The module used: ``module`` with "auto" resolved, or the class name
+        of a module of the user's.
     net_ : skdp.nn.DPNet
         The fitted skorch net.
     bounds_ : (ndarray, ndarray) or None
@@ -489,7 +506,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     _parameter_constraints = {**_DPMomentum._parameter_constraints, "classes": [None, "array-like"],
                               "normalize_rows": [StrOptions({"rms", "none"})]}
 
-    def __init__(self, module="linear", *, bounds=None, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
+    def __init__(self, module="auto", *, bounds=None, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
                  noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
                  ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  classes=None,
@@ -656,8 +673,10 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     Parameters
     ----------
-    module : {"linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="linear"
-        "linear" is linear regression; constructor arguments go in ``module__*``.
+    module : {"auto", "linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="auto"
+        "linear" is linear regression; "auto" is "cnn" when ``image_shape``
+        declares images of at least 16 x 16 pixels, else "linear" (the value
+        used is ``module_``); constructor arguments go in ``module__*``.
     {dp:bounds}
     loss : {"squared_error", "huber"}, default="squared_error"
         Per-example loss, averaged over the outputs.
@@ -678,7 +697,8 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:clipping}
     {dp:max_physical_batch_size}
     image_shape : tuple (H, W) or None, default=None
-        Image size of flat input for ``module="cnn"``.
+        Image size of flat input for ``module="cnn"``; declares the rows
+        images for ``module="auto"``.
     {dp:ledger}
     {dp:device}
     {dp:callbacks}
@@ -695,6 +715,9 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         Number of targets.
     {dp:attributes}
     {dp:schedule_attributes}
+    module_ : str
+        The module used: ``module`` with "auto" resolved, or the class name
+        of a module of the user's.
     net_ : skdp.nn.DPNet
         The fitted skorch net.
     bounds_ : (ndarray, ndarray) or None
@@ -730,7 +753,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         "huber_delta": [Interval(numbers.Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, module="linear", *, bounds=None, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
+    def __init__(self, module="auto", *, bounds=None, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
                  batch_size="auto", ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  image_shape=None, ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
