@@ -73,6 +73,13 @@ def test_auto_module_reads_the_declared_image_shape_only():
     assert cube.module_ == "linear"
     explicit = DPMomentumClassifier(module="cnn", image_shape=(16, 16), **common)
     assert explicit._schedule(len(X))[0] == 500
+    # With the noise fixed the spend depends on the lot: the plan must use the capped one (review_s35 t1).
+    fixed = DPMomentumClassifier(image_shape=(16, 16), noise_multiplier=1.5, classes=range(3), max_epochs=1)
+    planned, _ = fixed._planned_privacy(2100)
+    fixed.fit(X[:2100], y[:2100])
+    assert fixed.batch_size_ == 500 and planned == pytest.approx(fixed.epsilon_, rel=1e-12)
+    assert planned != pytest.approx(DPMomentumClassifier(noise_multiplier=1.5, classes=range(3), max_epochs=1,
+                                                          batch_size=525)._planned_privacy(2100)[0])
 
 
 def test_auto_lr_follows_the_noise_and_the_model_size():

@@ -247,6 +247,15 @@ class _DPMomentum(DPSGDEstimator):
             # may already hold what the refused step computed from the data. It is not kept.
             self._drop_fitted()
             raise
+        except Exception:
+            # Anything else (the module failing on the real lots after the charge): a fresh fit keeps nothing,
+            # so no earlier fit's certificate stands beside a network it does not describe; a continued one
+            # keeps its network, whose privacy results count the lots it took (as for streamed rows).
+            if continuing:
+                self._set_fit_results(self.net_, read_from_data=read_from_data)
+            else:
+                self._drop_fitted()
+            raise
         self._set_fit_results(self.net_, read_from_data=read_from_data)
         return self
 
@@ -441,9 +450,10 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     classes : array-like or None, default=None
         The public set of labels. None reads it from ``y`` (warns: the label set
         of the private data is released; ``privacy_certified_=False``).
-    image_shape : tuple (H, W) or None, default=None
-        Image size of flat input for ``module="cnn"``; declares the rows
-        images for ``module="auto"``.
+    image_shape : tuple (H, W) or (C, H, W), or None, default=None
+        Image size of flat input for ``module="cnn"`` (C channels first);
+        declares the rows images for ``module="auto"``. Rows given as
+        images must match it (channels first).
     normalize_rows : {"rms", "none"}, default="rms"
         "rms": the built-in modules ("linear", "mlp", "cnn") first rescale each
         row to root-mean-square 1 (``x * sqrt(n_features) / ||x||``), a fixed
@@ -696,9 +706,10 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:accounting}
     {dp:clipping}
     {dp:max_physical_batch_size}
-    image_shape : tuple (H, W) or None, default=None
-        Image size of flat input for ``module="cnn"``; declares the rows
-        images for ``module="auto"``.
+    image_shape : tuple (H, W) or (C, H, W), or None, default=None
+        Image size of flat input for ``module="cnn"`` (C channels first);
+        declares the rows images for ``module="auto"``. Rows given as
+        images must match it (channels first).
     {dp:ledger}
     {dp:device}
     {dp:callbacks}

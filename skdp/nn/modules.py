@@ -516,7 +516,17 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
         return module, {}
     cls = MODULES[module] if isinstance(module, str) else module
     if cls in IMAGE_MODULES:
-        if len(input_shape) == 3:  # (C, H, W) given
+        if image_shape is not None and len(image_shape) == 3:  # (C, H, W) declared: C channels of (H, W)
+            kwargs.setdefault("in_channels", int(image_shape[0]))
+            image_shape = tuple(image_shape[1:])
+        if len(input_shape) == 3:  # rows (C, H, W)
+            if image_shape is not None and (tuple(image_shape) != tuple(input_shape[1:])
+                                            or kwargs.get("in_channels", input_shape[0]) != input_shape[0]):
+                raise ValueError(
+                    f"image_shape={tuple(image_shape)} does not describe rows of shape {tuple(input_shape)}: "
+                    f"image rows are (H, W) or channels first, (C, H, W) (channels-last rows such as "
+                    f"(28, 28, 1) are read as 28 channels of 28 x 1). Pass image_shape=(H, W) of the rows, "
+                    f"or move the channels first (X.transpose(0, 3, 1, 2)).")
             kwargs.setdefault("in_channels", input_shape[0])
             image_shape = image_shape or input_shape[1:]
         if image_shape is None:
