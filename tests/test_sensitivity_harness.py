@@ -140,6 +140,10 @@ def _cases():
     cases = [pytest.param(cls.__name__, cls, id=cls.__name__) for cls in _public_estimators()]
     compositions = {
         "pipeline-rowwise-momentum": lambda: make_pipeline(RowFunctionTransformer(np.tanh), _small(DPMomentumClassifier)),
+        # module="auto" with image_shape: the GroupNorm CNN on 16x16 images (its lot rule, its engine path).
+        "momentum-cnn-images": lambda: DPMomentumClassifier(image_shape=(16, 16), epsilon=2.0, classes=CLASSES,
+                                                            max_epochs=1, batch_size=8, lr=0.1, random_state=0,
+                                                            module__channels=(4, 4)),
         "pipeline-scaler-fisher": lambda: make_pipeline(StandardScaler(), _small(DPFisherClassifier)),
         "pipeline-dfs-fisher": lambda: make_pipeline(_small(DFSRelease), _small(DPFisherClassifier)),
         "gridsearch-ledger": lambda: GridSearchCV(_small(DPFisherClassifier, ledger=BudgetLedger()),
@@ -283,7 +287,7 @@ def _fit(est, X, y):
 def _data_for(est):
     params = est.get_params()
     images = any(name in params for name in ("factor", "J", "scale")) and "generator" not in params
-    return _images() if images else _table()
+    return _images() if images or params.get("image_shape") is not None else _table()
 
 
 class _Flag(NamedTuple):
