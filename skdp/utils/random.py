@@ -131,8 +131,34 @@ def mechanism_rng(owner=None) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+#: torch's CPU generator state (``get_state()``, 5,056 bytes): a 64-bit initial seed, two ints and a 64-bit
+#: index, then MT19937's 624 words, each stored in 64 bits.
+_MT_WORDS, _MT_OFFSET = 624, 24
+
+
 def torch_generator(rng: np.random.Generator, device="cpu") -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded from the numpy generator ``rng``."""
+    """A ``torch.Generator`` on ``device`` whose whole state comes from the numpy generator ``rng``.
+
+    torch's CPU generator (MT19937) keeps only the low 32 bits of ``manual_seed``: seeded that way, the
+    mechanism noise drawn from it would come from one of 2**32 streams, few enough to enumerate. Its 624
+    state words are drawn from ``rng`` instead (about 19,937 bits: all of ``rng``'s entropy). A CUDA
+    generator (Philox) takes the whole 64-bit seed. A function of ``rng``: a seeded one gives the same
+    generator.
+    """
     gen = torch.Generator(device=device)
-    gen.manual_seed(int(rng.integers(0, 2**63 - 1)))
+    if gen.device.type != "cpu":
+        gen.manual_seed(int(rng.integers(0, 2**63 - 1)))
+        return gen
+    seed = int(rng.integers(1, 2**32))
+    gen.manual_seed(seed)  # a valid state to overwrite: next draw regenerates the words (left = 1)
+    state = gen.get_state().numpy().copy()
+    words = state[_MT_OFFSET:_MT_OFFSET + 8 * _MT_WORDS].view("<u8")
+    if state.size != 5056 or int(words[0]) != seed or int(words[1]) != (1812433253 * (seed ^ (seed >> 30)) + 1) % 2**32:
+        raise RuntimeError(f"torch {torch.__version__}: the CPU generator's state is not laid out as skdp expects "
+                           "(MT19937 words at byte 24); skdp will not seed mechanism noise from 32 bits.")
+    drawn = rng.integers(0, 2**32, size=_MT_WORDS, dtype=np.uint64)
+    if not drawn.any():  # MT19937's one invalid state (probability 2**-19968)
+        drawn[0] = 1
+    words[:] = drawn
+    gen.set_state(torch.from_numpy(state))
     return gen
