@@ -16,6 +16,7 @@ their randomness is drawn from the fit's fresh mechanism generator.
 import math
 import numbers
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -84,30 +85,51 @@ class ImageAugmentation:
         ----------
         X : torch.Tensor of shape (n, ...)
             The lot: flat rows or images, ``C * H * W`` values per row.
-        generator : torch.Generator
+        generator : torch.Generator or numpy.random.Generator
             Source of the shifts and flips (the fit's fresh mechanism generator).
 
         Returns
         -------
         copies : torch.Tensor of shape (n, K, ...)
             ``copies[i, k]`` is copy k of row i, shaped as the row.
+
+        Notes
+        -----
+        Each call (a lot) takes the same number of draws from ``generator`` whatever its size, and
+        row i's shifts and flips are the i-th of that lot's own streams: a record appended to the data
+        (last in every lot it joins) changes no other record's copies in any lot. The released sum is
+        then within C of the neighbour's for every draw of the augmentations, not only on average over
+        them, and tests/test_sensitivity_harness.py can replay it.
         """
         n, row_shape, K = X.shape[0], X.shape[1:], self.copies
         C, H, W = self.image_shape
         imgs = X.reshape(n, 1, C, H, W).expand(n, K, C, H, W).reshape(n * K, C, H, W)
+        shifts, flips = _lot_streams(generator)
         s = self.shift
         if s > 0 and n:
             padded = F.pad(imgs, (s, s, s, s), mode="replicate")
-            dy = torch.randint(0, 2 * s + 1, (n * K, 1), generator=generator).to(X.device)
-            dx = torch.randint(0, 2 * s + 1, (n * K, 1), generator=generator).to(X.device)
+            offsets = torch.as_tensor(shifts.integers(0, 2 * s + 1, size=(n * K, 2)), device=X.device)  # row-major
+            dy, dx = offsets[:, :1], offsets[:, 1:]
             rows = (dy + torch.arange(H, device=X.device))[:, None, :, None]      # (nK, 1, H, 1)
             cols = (dx + torch.arange(W, device=X.device))[:, None, None, :]      # (nK, 1, 1, W)
             idx = torch.arange(n * K, device=X.device)[:, None, None, None]
             imgs = padded[idx, torch.arange(C, device=X.device)[None, :, None, None], rows, cols]
         if self.flip and n:
-            mirror = (torch.rand(n * K, generator=generator) < 0.5).to(X.device)
+            mirror = torch.as_tensor(flips.random(n * K) < 0.5, device=X.device)
             imgs = torch.where(mirror[:, None, None, None], imgs.flip(-1), imgs)
         return imgs.reshape(n, K, *row_shape)
+
+
+def _lot_streams(generator):
+    """One lot's two numpy streams (shifts, flips), from a fixed number of draws of ``generator``.
+
+    A numpy generator spawns two children; a torch generator gives four 62-bit words (248 bits) that seed
+    them. Either way the parent advances by the same amount for every lot, whatever its size.
+    """
+    if isinstance(generator, np.random.Generator):
+        return generator.spawn(2)
+    words = torch.randint(0, 2 ** 62, (4,), generator=generator).tolist()
+    return np.random.default_rng(words).spawn(2)
 
 
 def make_augmentation(augment, input_shape, image_shape=None):
