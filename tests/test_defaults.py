@@ -58,23 +58,28 @@ def test_auto_module_reads_the_declared_image_shape_only():
     assert _defaults.auto_module((28, 8)) == "linear"
     assert _defaults.auto_batch_size(8000, "cnn") == 500 and _defaults.auto_batch_size(8000) == 2000
     assert _defaults.auto_batch_size(1000, "cnn") == 250  # n / 4 below the cap
+    assert _defaults.auto_augment("cnn", (28, 28)) == 4 and _defaults.auto_augment("cnn", (8, 8)) is None
+    assert _defaults.auto_augment("linear", (28, 28)) is None and _defaults.auto_augment("cnn", None) is None
     rng = np.random.default_rng(0)
     X, y = rng.uniform(-1, 1, (2400, 256)), rng.integers(0, 3, 2400)
     common = dict(epsilon=2.0, classes=range(3), max_epochs=1, random_state=0)
-    image = DPMomentumClassifier(image_shape=(16, 16), **common)
+    small = dict(augment=None, module__channels=(4,))  # the CNN's path, fast (augmentation: below)
+    image = DPMomentumClassifier(image_shape=(16, 16), **common, **small)
     planned, _ = image._planned_privacy(len(X))
     image.fit(X, y)
     assert image.module == "auto" and image.module_ == "cnn" and image.batch_size_ == 500
     assert type(image.net_.module_).__name__ != "SoftmaxRegression"
     assert planned == pytest.approx(image.epsilon_)  # the plan before the data is the fit's
+    augmented = DPMomentumClassifier(image_shape=(16, 16), module__channels=(4,), **common).fit(X[:40], y[:40])
+    assert augmented.augment == "auto" and augmented.augment_ == 4  # shifted copies: free in privacy
     table = DPMomentumClassifier(**common).fit(X, y)  # 256 columns, no image_shape: a table
-    assert table.module_ == "linear" and table.batch_size_ == 600
+    assert table.module_ == "linear" and table.batch_size_ == 600 and table.augment_ is None
     cube = DPMomentumClassifier(**common).fit(X.reshape(-1, 16, 16), y)  # not declared: the plan is the table's
     assert cube.module_ == "linear"
     explicit = DPMomentumClassifier(module="cnn", image_shape=(16, 16), **common)
     assert explicit._schedule(len(X))[0] == 500
     # With the noise fixed the spend depends on the lot: the plan must use the capped one (review_s35 t1).
-    fixed = DPMomentumClassifier(image_shape=(16, 16), noise_multiplier=1.5, classes=range(3), max_epochs=1)
+    fixed = DPMomentumClassifier(image_shape=(16, 16), noise_multiplier=1.5, classes=range(3), max_epochs=1, **small)
     planned, _ = fixed._planned_privacy(2100)
     fixed.fit(X[:2100], y[:2100])
     assert fixed.batch_size_ == 500 and planned == pytest.approx(fixed.epsilon_, rel=1e-12)

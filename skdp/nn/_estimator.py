@@ -76,7 +76,7 @@ DP_PARAMETER_DOCS = {
     steps``, from the number of lots (public; rule and the data that chose it:
     :mod:`skdp.nn._defaults`); None or 0: the last iterate. The decay used
     is ``net_.ema_decay_``.""",
-    "augment": """augment : None, int or dict, default={default}
+    "augment": """augment : "auto", None, int or dict, default={default}
     Augmentation multiplicity for image rows (De et al. 2022): K copies of
     each record, each shifted at random by up to 1 pixel on each axis (edge
     pixels repeated; :class:`skdp.nn.ImageAugmentation` says which data chose
@@ -88,7 +88,10 @@ DP_PARAMETER_DOCS = {
     (pixels) and ``flip`` (left-right mirror, not for digits). Images are
     rows ``(C, H, W)``, ``(H, W)`` or flat with ``image_shape`` (or square).
     Training takes the vmap clipping (the layers see K rows per record) and
-    K times the compute. None: the records as they are.""",
+    K times the compute. None: the records as they are. "auto": 4 copies
+    when the module is the CNN on images of at least 16 x 16 (``module="auto"``
+    with such an ``image_shape``), else none (rule and data:
+    ``skdp.nn._defaults.auto_augment``). The value used is ``augment_``.""",
     "accounting": """accounting : {{"rdp", "prv"}}, default={default}
     Opacus's RDP accountant (certified upper bound) or PRV (tighter, slower).""",
     "clipping": """clipping : {{"auto", "ghost", "vmap"}}, default={default}

@@ -121,7 +121,7 @@ class _DPMomentum(DPSGDEstimator):
         "module": [StrOptions({"auto", "linear", "mlp", "cnn"}), type, torch.nn.Module],
         "momentum": [Number(numbers.Real, 0, 1, closed="left")],
         "ema": [None, StrOptions({"auto"}), Number(numbers.Real, 0, 1, closed="left")],
-        "augment": [None, Interval(numbers.Integral, 1, None, closed="left"), dict],
+        "augment": [None, StrOptions({"auto"}), Interval(numbers.Integral, 1, None, closed="left"), dict],
         "max_physical_batch_size": [None, Number(numbers.Integral, 1, None, closed="left")],
         "image_shape": [None, tuple],
         "bounds": [None, tuple, list, dict],
@@ -355,7 +355,9 @@ class _DPMomentum(DPSGDEstimator):
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
         kwargs.setdefault("iterator_valid__batch_size", 1024)
-        augment = make_augmentation(self.augment, tuple(input_shape), self.image_shape)
+        self.augment_ = (_defaults.auto_augment(self._module_name(), self.image_shape) if self.augment == "auto"
+                         else self.augment)
+        augment = make_augmentation(self.augment_, tuple(input_shape), self.image_shape)
         return DPNet(module, criterion=self._criterion(), batch_size=self.batch_size_, callbacks=self.callbacks,
                      **self._dp_net_kwargs(lr=self.lr_, max_epochs=self.max_epochs_, augment=augment), **kwargs)
 
@@ -483,6 +485,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     module_ : str
         The module used: ``module`` with "auto" resolved, or the class name
         of a module of the user's.
+    augment_ : None, int or dict
+        The augmentation used: ``augment`` with "auto" resolved.
     net_ : skdp.nn.DPNet
         The fitted skorch net.
     bounds_ : (ndarray, ndarray) or None
@@ -518,7 +522,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
 
     def __init__(self, module="auto", *, bounds=None, epsilon=1.0, delta=1e-5, max_grad_norm=1.0,
                  noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto", batch_size="auto",
-                 ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
+                 ema="auto", augment="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  classes=None,
                  image_shape=None, normalize_rows="rms", ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
                  random_state=None, **kwargs):
@@ -729,6 +733,8 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     module_ : str
         The module used: ``module`` with "auto" resolved, or the class name
         of a module of the user's.
+    augment_ : None, int or dict
+        The augmentation used: ``augment`` with "auto" resolved.
     net_ : skdp.nn.DPNet
         The fitted skorch net.
     bounds_ : (ndarray, ndarray) or None
@@ -766,7 +772,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
 
     def __init__(self, module="auto", *, bounds=None, loss="squared_error", huber_delta=1.0, epsilon=1.0, delta=1e-5,
                  max_grad_norm=1.0, noise_multiplier=None, momentum=0.9, lr="auto", max_epochs="auto",
-                 batch_size="auto", ema="auto", augment=None, accounting="rdp", clipping="auto", max_physical_batch_size=None,
+                 batch_size="auto", ema="auto", augment="auto", accounting="rdp", clipping="auto", max_physical_batch_size=None,
                  image_shape=None, ledger=None, device="cpu", callbacks=None, verbose=0, warm_start=False,
                  random_state=None, **kwargs):
         self._set_init_params(locals())
