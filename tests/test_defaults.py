@@ -60,6 +60,7 @@ def test_auto_module_reads_the_declared_image_shape_only():
     assert _defaults.auto_batch_size(1000, "cnn") == 250  # n / 4 below the cap
     assert _defaults.auto_augment("cnn", (28, 28)) == 4 and _defaults.auto_augment("cnn", (8, 8)) is None
     assert _defaults.auto_augment("linear", (28, 28)) is None and _defaults.auto_augment("cnn", None) is None
+    assert _defaults.auto_augment("cnn", (28, 28), clipping="ghost") is None  # copies need the vmap path
     rng = np.random.default_rng(0)
     X, y = rng.uniform(-1, 1, (2400, 256)), rng.integers(0, 3, 2400)
     common = dict(epsilon=2.0, classes=range(3), max_epochs=1, random_state=0)

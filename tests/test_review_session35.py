@@ -100,3 +100,117 @@ def test_g2_an_appended_record_changes_no_other_records_augmented_copies(flip):
         g, g2 = make(), make()
         for _ in range(3):  # three lots: the later ones too
             assert torch.equal(aug(X, g), aug(X2, g2)[:5])
+
+
+# ---- second read (/work/review_s35 b01-b10) ---------------------------------------------------------------
+class _CtrlCAfterUpdate:
+    """A skorch callback whose optimizer post-hook raises KeyboardInterrupt after the ``at``-th noisy update."""
+
+    def __new__(cls, at):
+        from skorch.callbacks import Callback
+
+        class CtrlC(Callback):
+            def __init__(self, at=None):
+                self.at = at
+
+            def on_train_begin(self, net, **kwargs):
+                self.applied = 0
+
+                def post(optimizer, args, kwargs):
+                    self.applied += 1
+                    if self.at is not None and self.applied == self.at:
+                        raise KeyboardInterrupt
+                self._handle = net.optimizer_.register_step_post_hook(post)
+
+            def on_train_end(self, net, **kwargs):
+                self._handle.remove()
+        return CtrlC(at)
+
+
+def _table(n=600):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(n, 8)).astype(np.float32), rng.integers(0, 3, n)
+
+
+def test_b09_b02_an_interrupted_fit_counts_every_noisy_update_and_is_not_certified():
+    # A Ctrl-C inside optimizer.step (after the noisy update) left that lot uncounted (n_steps_ 2 for 3 updates),
+    # and the estimator said privacy_certified_=True with no note while its net said "did not complete".
+    X, y = _table()
+    callback = _CtrlCAfterUpdate(3)
+    clf = DPMomentumClassifier(classes=range(3), max_epochs=2, batch_size=100, noise_multiplier=1.2,
+                               callbacks=[("ctrlc", callback)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)  # skorch swallows the interrupt and returns
+    assert callback.applied == 3 and clf.n_steps_ >= 3
+    assert clf.privacy_certified_ is False and any("interrupt" in note for note in clf.privacy_notes_)
+
+
+def test_b10_an_interrupt_outside_the_training_loop_keeps_no_stale_certificate():
+    from skorch.callbacks import Callback
+
+    class InterruptAtEnd(Callback):
+        def __init__(self, armed=False):
+            self.armed = armed
+
+        def on_train_end(self, net, **kwargs):
+            if self.armed:
+                raise KeyboardInterrupt
+
+    X, y = _table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh = DPMomentumClassifier(classes=range(3), max_epochs=2, batch_size=100, noise_multiplier=1.2,
+                                     callbacks=[("end", InterruptAtEnd())]).fit(X, y)
+        fresh.set_params(callbacks=[("end", InterruptAtEnd(armed=True))], noise_multiplier=0.6)
+        with pytest.raises(KeyboardInterrupt):
+            fresh.fit(X, y)
+        assert not hasattr(fresh, "epsilon_") and not hasattr(fresh, "net_")
+        warm = DPMomentumClassifier(classes=range(3), max_epochs=2, batch_size=100, noise_multiplier=1.2,
+                                    warm_start=True, callbacks=[("end", InterruptAtEnd())]).fit(X, y)
+        first = warm.n_steps_
+        warm.net_.set_params(callbacks__end__armed=True)
+        with pytest.raises(KeyboardInterrupt):
+            warm.fit(X, y)
+    assert warm.n_steps_ == warm.net_.accountant_.n_steps > first  # the continuation's lots are counted
+
+
+def test_b08_a_search_refuses_augment_with_ghost_clipping_before_its_charge():
+    from skdp.model_selection import PrivateSearchCV
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (200, 16, 16)).astype(np.float32), rng.integers(0, 3, 200)
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-3)
+    search = PrivateSearchCV(DPMomentumClassifier(classes=range(3), max_epochs=1, image_shape=(16, 16),
+                                                  module__channels=(4, 4)),
+                             {"clipping": ["ghost"], "augment": [4]}, epsilon=2.0, n_trials_mean=2.0, ledger=ledger)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="augment"):
+            search.fit(X, y)
+    assert ledger.entries == []
+
+
+def test_b03a_in_channels_unlike_the_rows_is_refused_before_the_charge_or_read_consistently():
+    # Rows (3, 20, 20) with module__in_channels=1, and flat 1024-feature rows with 4 channels (read as 32 x 32 of
+    # 1 channel by the square rule): charged, then torch crashed on the first lot.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 60)
+    ledger = BudgetLedger(epsilon=10.0, delta=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="in_channels=1"):
+            DPMomentumClassifier(ledger=ledger, module="cnn", module__in_channels=1, **FAST).fit(
+                rng.uniform(0, 1, (60, 3, 20, 20)).astype(np.float32), y)
+        assert ledger.entries == []
+        flat = DPMomentumClassifier(module="cnn", module__in_channels=4, module__channels=(4,), **FAST).fit(
+            rng.uniform(0, 1, (60, 1024)).astype(np.float32), y)  # 4 channels of 16 x 16
+    first = next(m for m in flat.net_.module_.modules() if isinstance(m, torch.nn.Conv2d))
+    assert first.in_channels == 4
+
+
+def test_b03b_errors_quote_the_image_shape_as_given():
+    from skdp.nn import module_spec
+
+    with pytest.raises(ValueError, match=r"image_shape=\(3, 28, 28\)"):
+        module_spec("cnn", input_shape=(784,), n_classes=3, image_shape=(3, 28, 28))

@@ -118,7 +118,7 @@ def auto_module(image_shape):
     return "cnn" if min(tuple(image_shape)[-2:]) >= CNN_MIN_SIDE else "linear"
 
 
-def auto_augment(module, image_shape):
+def auto_augment(module, image_shape, clipping="auto"):
     """Return the augmentation of ``augment="auto"``: 4 shifted copies for the CNN on images of 16 x 16 or more.
 
     Chosen on 28 x 28 mnist-dev (lots of 500, 2 seeds, ``benchmarks/results/dev_recipe.md``): 4 copies
@@ -134,13 +134,15 @@ def auto_augment(module, image_shape):
         The resolved module ("cnn" for the GroupNorm CNN).
     image_shape : tuple of int or None
         The estimator's ``image_shape``.
+    clipping : str, default="auto"
+        The estimator's ``clipping``: copies need the per-record (vmap) path, so ``"ghost"`` takes none.
 
     Returns
     -------
     augment : int or None
         ``AUTO_AUGMENT_COPIES`` (4) or None.
     """
-    if module != "cnn" or image_shape is None or len(tuple(image_shape)) < 2:
+    if module != "cnn" or clipping == "ghost" or image_shape is None or len(tuple(image_shape)) < 2:
         return None
     return AUTO_AUGMENT_COPIES if min(tuple(image_shape)[-2:]) >= CNN_MIN_SIDE else None
 

@@ -30,7 +30,7 @@ from ..privacy.accounting import dpsgd_cost
 from ..privacy.composition import Spend
 from ..privacy.report import set_privacy_attributes
 from ..utils.validation import set_init_params
-from .net import plan_dpsgd
+from .net import INTERRUPTED, plan_dpsgd
 
 # skorch's routed parameter prefixes passed through to the net.
 NET_PREFIXES = ("module__", "optimizer__", "criterion__", "callbacks__", "iterator_valid__")
@@ -356,6 +356,9 @@ class DPSGDEstimator(BaseEstimator):
         if extra_epsilon and cost.rdp is not None:
             cost = Spend.from_rdp([a + b for a, b in zip(cost.rdp, Spend.pure(extra_epsilon).rdp)], epsilon,
                                   self.delta)
+        if certified is True and any(note == INTERRUPTED for note in getattr(net, "privacy_notes_", ())):
+            # skorch returns from an interrupted fit: the lots taken are counted, the module is not certified.
+            certified = INTERRUPTED + " (the lots it took are counted in epsilon_)"
         set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data,
                                cost=cost)
 

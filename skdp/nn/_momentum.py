@@ -247,8 +247,9 @@ class _DPMomentum(DPSGDEstimator):
             # may already hold what the refused step computed from the data. It is not kept.
             self._drop_fitted()
             raise
-        except Exception:
-            # Anything else (the module failing on the real lots after the charge): a fresh fit keeps nothing,
+        except BaseException:
+            # Anything else (the module failing on the real lots after the charge, a KeyboardInterrupt outside
+            # skorch's loop: review_s35 b10): a fresh fit keeps nothing,
             # so no earlier fit's certificate stands beside a network it does not describe; a continued one
             # keeps its network, whose privacy results count the lots it took (as for streamed rows).
             if continuing:
@@ -297,6 +298,7 @@ class _DPMomentum(DPSGDEstimator):
         classes = getattr(probe, "classes", None)
         n_outputs = len(classes) if classes is not None else (2 if is_classifier(probe) else 1)
         net = probe._make_net(X.shape[1:], n_samples, n_outputs).initialize()
+        net._clipping_for_augment(net.clipping)  # augment with clipping="ghost" refuses here (review_s35 b08)
         net.forward(X, training=False)
         check_module(net.module_.train(), probe.clipping).raise_if_refused()
         # State a training forward keeps (a list appended to, an array written in place) would be refused by
@@ -355,8 +357,8 @@ class _DPMomentum(DPSGDEstimator):
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
         kwargs.setdefault("iterator_valid__batch_size", 1024)
-        self.augment_ = (_defaults.auto_augment(self._module_name(), self.image_shape) if self.augment == "auto"
-                         else self.augment)
+        self.augment_ = (_defaults.auto_augment(self._module_name(), self.image_shape, self.clipping)
+                         if self.augment == "auto" else self.augment)
         augment = make_augmentation(self.augment_, tuple(input_shape), self.image_shape)
         return DPNet(module, criterion=self._criterion(), batch_size=self.batch_size_, callbacks=self.callbacks,
                      **self._dp_net_kwargs(lr=self.lr_, max_epochs=self.max_epochs_, augment=augment), **kwargs)

@@ -516,31 +516,41 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
         return module, {}
     cls = MODULES[module] if isinstance(module, str) else module
     if cls in IMAGE_MODULES:
-        if image_shape is not None and len(image_shape) == 3:  # (C, H, W) declared: C channels of (H, W)
-            kwargs.setdefault("in_channels", int(image_shape[0]))
-            image_shape = tuple(image_shape[1:])
+        given = None if image_shape is None else tuple(image_shape)  # quoted as given in the errors
+        if given is not None and len(given) == 3:  # (C, H, W) declared: C channels of (H, W)
+            if kwargs.setdefault("in_channels", int(given[0])) != given[0]:
+                raise ValueError(f"image_shape={given} declares {given[0]} channels, module__in_channels="
+                                 f"{kwargs['in_channels']}: give one of them.")
+            image_shape = given[1:]
+        channels = kwargs.get("in_channels")
         if len(input_shape) == 3:  # rows (C, H, W)
-            if image_shape is not None and (tuple(image_shape) != tuple(input_shape[1:])
-                                            or kwargs.get("in_channels", input_shape[0]) != input_shape[0]):
+            if ((image_shape is not None and tuple(image_shape) != tuple(input_shape[1:]))
+                    or (channels is not None and channels != input_shape[0])):
+                what = (f"image_shape={given}" if image_shape is not None else "") + \
+                       (" and " if image_shape is not None and channels is not None else "") + \
+                       (f"module__in_channels={channels}" if channels is not None else "")
                 raise ValueError(
-                    f"image_shape={tuple(image_shape)} does not describe rows of shape {tuple(input_shape)}: "
-                    f"image rows are (H, W) or channels first, (C, H, W) (channels-last rows such as "
-                    f"(28, 28, 1) are read as 28 channels of 28 x 1). Pass image_shape=(H, W) of the rows, "
-                    f"or move the channels first (X.transpose(0, 3, 1, 2)).")
+                    f"{what} does not describe rows of shape {tuple(input_shape)}: image rows are (H, W) or "
+                    f"channels first, (C, H, W) (channels-last rows such as (28, 28, 1) are read as 28 channels "
+                    f"of 28 x 1). Pass the rows' (H, W) or (C, H, W), or move the channels first "
+                    f"(X.transpose(0, 3, 1, 2)).")
             kwargs.setdefault("in_channels", input_shape[0])
             image_shape = image_shape or input_shape[1:]
-        if image_shape is None:
-            side = int(math.isqrt(int(input_shape[0])))
-            if side * side != input_shape[0]:
-                raise ValueError("module='cnn' needs image_shape=(H, W) for non-square flat input.")
+        if image_shape is None:  # flat rows, square images of in_channels channels
+            pixels, rest = divmod(int(input_shape[0]), channels or 1)
+            side = int(math.isqrt(pixels))
+            if rest or side * side != pixels:
+                raise ValueError(f"module='cnn' needs image_shape=(H, W) for flat rows of {input_shape[0]} features"
+                                 + (f" (not {channels} channels of a square image)" if channels else "") + ".")
             image_shape = (side, side)
-        elif len(input_shape) == 1 and int(np.prod(image_shape)) * kwargs.get("in_channels", 1) != input_shape[0]:
-            raise ValueError(f"image_shape={tuple(image_shape)} does not match {input_shape[0]} features.")
+        elif len(input_shape) == 1 and int(np.prod(image_shape)) * (channels or 1) != input_shape[0]:
+            raise ValueError(f"image_shape={given}" + (f" with {channels} channels" if channels and len(given) == 2
+                                                        else "") + f" does not match {input_shape[0]} features.")
         # Each block halves H and W: the smallest side must survive every pooling.
         n_pools = len(kwargs.get("channels", (16, 32)))
         if min(image_shape) < 2 ** n_pools:
             raise ValueError(
-                f"image_shape={tuple(image_shape)} is too small for module='cnn': its {n_pools} pooling "
+                f"image_shape={given or tuple(image_shape)} is too small for module='cnn': its {n_pools} pooling "
                 f"blocks need images of at least {2 ** n_pools}x{2 ** n_pools}. Use module='linear' or "
                 "'mlp', or fewer blocks (module__channels=(16,)).")
         return cls, {"n_classes": n_classes, "image_shape": tuple(image_shape), **kwargs}

@@ -253,6 +253,9 @@ class _LotLoader:
             yield self._fetch(np.asarray(idx, dtype=np.int64))
 
 
+#: The note an interrupted fit leaves on the net (and its estimator): no certificate speaks for its module.
+INTERRUPTED = "the last fit did not complete (interrupted): its module is not certified"
+
 class DPNet(NeuralNet):
     """A skorch ``NeuralNet`` trained with DP-SGD (Poisson lots, per-example clipping, noise).
 
@@ -670,11 +673,11 @@ class DPNet(NeuralNet):
         # The augmentation's shifts and flips: from the fit's fresh entropy too, dropped with it.
         self._augment_gen = torch_generator(self._lot_rng) if self.augment is not None else None
         self._private_log = {}
-        if hasattr(self, "privacy_certified_"):
-            # Until this fit completes, no earlier fit's certificate speaks for the module (skorch's partial_fit
-            # returns after a KeyboardInterrupt, with the module of an interrupted fit: review_s33 f08).
-            self.privacy_certified_ = False
-            self.privacy_notes_ = ("the last fit did not complete (interrupted): its module is not certified",)
+        # Until this fit completes, no certificate speaks for the module (skorch's partial_fit returns after a
+        # KeyboardInterrupt, with the module of an interrupted fit: review_s33 f08; a first fit too: review_s35
+        # b02). The estimators read this note (DPSGDEstimator._set_fit_results).
+        self.privacy_certified_ = False
+        self.privacy_notes_ = (INTERRUPTED,)
         engines = []
         try:
             # The engines check the module (skdp.nn.check_module: examples mixed, unsupported layers) before
@@ -1074,8 +1077,13 @@ class DPNet(NeuralNet):
         """
         self._set_training(True)
         Xi, yi = unpack_data(batch)
-        losses = self.update_on_lot(self.get_train_inputs(Xi, yi))
-        self.accountant_.step(self.noise_multiplier_, self.sample_rate_)
+        inputs = self.get_train_inputs(Xi, yi)
+        try:
+            losses = self.update_on_lot(inputs)
+        finally:
+            # Counted even when the update is cut short after its noisy gradient was released (a Ctrl-C in
+            # optimizer.step, a callback raising): an interruption can only over-count (review_s35 b09).
+            self.accountant_.step(self.noise_multiplier_, self.sample_rate_)
         self._ema_update()
         loss = losses.mean() if len(losses) else torch.zeros(())
         if len(losses):
