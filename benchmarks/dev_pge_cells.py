@@ -39,6 +39,7 @@ VARIANTS = {"cells=None": (None, None, {}), "auto, 25 rows/cell": ("auto", 25, {
             "auto, 100 rows/cell, ema='auto', lr 0.03": ("auto", 100, {"ema": "auto", "lr": 0.03}),
             "auto, 100 rows/cell, lr 0.03": ("auto", 100, {"lr": 0.03}),
             "auto, 100 rows/cell, 60 epochs, ema='auto'": ("auto", 100, {"ema": "auto", "max_epochs": 60}),
+            "auto, 100 rows/cell, ema='auto', 90 epochs": ("auto", 100, {"ema": "auto", "max_epochs": 90}),
             "cells=None, categories drawn from the sample": (None, None, {SAMPLED: True}),
             "auto, 100 rows/cell, ema='auto', categories drawn from the sample": ("auto", 100, {"ema": "auto",
                                                                                            SAMPLED: True})}
