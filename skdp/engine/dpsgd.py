@@ -299,9 +299,11 @@ class DPSGDEngine:
             self.clipper.remove()
 
     def __getstate__(self):
-        # Noise drawn ahead is never handed on (nor its pending draw, which cannot be copied).
+        # Noise drawn ahead is never handed on (nor its pending draw, which cannot be copied), nor the noise
+        # generator: a copy pickled during a fit (a checkpoint) would make every later lot's noise reproducible
+        # (review_s35 c02). An unpickled engine draws no noise until it is given a fresh generator.
         self._discard_ahead()
-        return {**self.__dict__, "_snapshots": (None, None)}  # the guard's copies are scratch, not state
+        return {**self.__dict__, "_snapshots": (None, None), "generator": None}  # the guard's copies: scratch
 
     @staticmethod
     def _draw(params, std, generator):

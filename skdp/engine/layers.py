@@ -217,21 +217,26 @@ def _ghost_is_cheaper(T, d, p):
     return T * T * (d + p) < T * d * p
 
 
-def _stacker(a_features, g_features):
+class _stacker:
     """Stack the calls of one forward along a token axis after the batch.
 
     The per-example gradient of a weight used in several calls is the sum over calls (and tokens) of
     each call's bilinear term (``sum_t g_t a_t^T`` for Linear), which is what the rule computes for one
     call on the concatenated tokens: exact. ``a_features``/``g_features`` count the trailing feature dims
-    kept (Linear: 1 and 1; Embedding: 0 and 1; LayerNorm: len(normalized_shape) for both).
+    kept (Linear: 1 and 1; Embedding: 0 and 1; LayerNorm: len(normalized_shape) for both). A class, not a
+    closure, so that a net pickled during a fit (a checkpoint) can carry its clipper (review_s35 c02).
     """
-    def flat(x, k):
+
+    def __init__(self, a_features, g_features):
+        self.a_features, self.g_features = a_features, g_features
+
+    @staticmethod
+    def _flat(x, k):
         return x.reshape(x.shape[0], -1, *(x.shape[x.dim() - k:] if k else ()))
 
-    def stack(module, calls):
-        return (torch.cat([flat(a, a_features) for a, _ in calls], 1),
-                torch.cat([flat(g, g_features) for _, g in calls], 1))
-    return stack
+    def __call__(self, module, calls):
+        return (torch.cat([self._flat(a, self.a_features) for a, _ in calls], 1),
+                torch.cat([self._flat(g, self.g_features) for _, g in calls], 1))
 
 
 # nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.

@@ -529,7 +529,10 @@ class DPNet(NeuralNet):
 
     def __getstate__(self):
         state = super().__getstate__()
-        for key in ("_private_log", "_lot_rng", "_ema", "_augment_gen"):
+        # The fit's secret randomness never leaves in a pickle, even one taken during the fit (a checkpoint):
+        # the lots', the augmentations', PGE's randomized response and loss projections (review_s35 c02); the
+        # engines drop their noise generators themselves (DPSGDEngine.__getstate__).
+        for key in ("_private_log", "_lot_rng", "_ema", "_augment_gen", "_rr_generator", "_loss_rng"):
             state.pop(key, None)
         return state
 
@@ -701,7 +704,10 @@ class DPNet(NeuralNet):
             # forked and left as it was found.
             self._ema_begin(n_batches * epochs)
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
-                torch.manual_seed(int(self._lot_rng.integers(2 ** 63 - 1)))
+                # The whole CPU state from the fit's entropy (manual_seed keeps 32 bits: review_s35 c07).
+                torch.default_generator.set_state(torch_generator(self._lot_rng).get_state())
+                if _cuda_devices(self.device):
+                    torch.cuda.manual_seed_all(int(self._lot_rng.integers(2 ** 63 - 1)))  # Philox: 64 bits
                 super().fit_loop(X, y, epochs=epochs, **fit_params)
             self._ema_release()
             self._set_privacy_attributes()
@@ -964,7 +970,9 @@ class DPNet(NeuralNet):
         X, y = to_tensor(Xi, device=self.device), to_tensor(yi, device=self.device)
         if self.augment is not None:  # (n, K, ...): K public augmented copies of each record
             gen = getattr(self, "_augment_gen", None)
-            X = self.augment(X, torch.Generator().manual_seed(0) if gen is None else gen)  # None: a stand-in lot
+            # None: no fit running (a check before a search's charge); within a fit the stand-in lot takes one
+            # lot's draws of the fit's own stream (a fixed number: every lot after it is unchanged).
+            X = self.augment(X, torch.Generator().manual_seed(0) if gen is None else gen)
         return X, y
 
     def per_example_loss(self, forward, X, y):
