@@ -87,7 +87,11 @@ def test_cnn_is_the_groupnorm_network_and_trains_on_the_hooks(digits):
     conv = next(m for m in inner.modules() if isinstance(m, WSConv2d))
     w = conv.standardized_weight().flatten(1)
     torch.testing.assert_close(w.mean(1), torch.zeros(len(w)), atol=1e-5, rtol=0)
-    torch.testing.assert_close(w.var(1, unbiased=False), torch.ones(len(w)), atol=1e-3, rtol=0)
+    # var(w_hat) = v / (v + eps) exactly, v the raw filter's variance (a trained filter's v can be small:
+    # the test compared with 1 within 1e-3 and failed now and then with fresh noise).
+    v = conv.weight.detach().flatten(1).var(1, unbiased=False)
+    torch.testing.assert_close(w.var(1, unbiased=False), v / (v + conv.eps), atol=1e-5, rtol=1e-4)
+    assert (w.var(1, unbiased=False) > 0.9).all()
 
 
 # -- augmentation multiplicity: K copies averaged inside one clipped gradient ----------------------------
