@@ -287,3 +287,62 @@ def test_c07_the_global_generator_a_fit_draws_from_is_not_a_32_bit_seed():
         prev = expanded[-1]
         expanded.append((1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF)
     assert [int(w) for w in words] != expanded
+
+
+# ---- fourth read (/work/review_s35 d01-d08) ---------------------------------------------------------------
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_d02_an_engine_without_its_generator_refuses_to_release(how):
+    # A pickled or copied engine has no generator; normal_(generator=None) drew from torch's global generator,
+    # which the user seeds: the noise was reproducible from torch.manual_seed(0).
+    import copy
+    import pickle
+
+    from torch import nn
+
+    from skdp.engine import DPSGDEngine
+    from skdp.utils.random import mechanism_rng, torch_generator
+
+    def loss(forward, x, y):
+        return nn.functional.cross_entropy(forward(x), y, reduction="none")
+
+    x, y = torch.randn(5, 3), torch.tensor([0, 1, 0, 1, 1])
+    engine = DPSGDEngine(nn.Linear(3, 2), max_grad_norm=1.0, noise_multiplier=1.1, expected_batch_size=4,
+                         generator=torch_generator(mechanism_rng()))
+    engine.private_gradients(loss, (x, y))
+    copied = pickle.loads(pickle.dumps(engine)) if how == "pickle" else copy.deepcopy(engine)
+    copied.module.weight.grad = None
+    with pytest.raises(ValueError, match="generator"):
+        copied.private_gradients(loss, (x, y))
+    assert copied.module.weight.grad is None  # refused before anything was released
+    engine.close()
+
+
+def test_d03_a_continuation_refused_before_its_charge_keeps_the_certificate():
+    from skdp.exceptions import BudgetExceededError
+
+    X, y = _table(400)
+    ledger = BudgetLedger(epsilon=1.5, delta=1e-3, composition="basic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(epsilon=1.0, max_epochs=2, classes=range(3), ledger=ledger,
+                                   warm_start=True).fit(X, y)
+        steps, epsilon = clf.n_steps_, clf.epsilon_
+        for call in (clf.fit, clf.partial_fit):
+            with pytest.raises(BudgetExceededError):
+                call(X, y)
+            assert clf.privacy_certified_ and clf.privacy_notes_ == ()
+            assert (clf.n_steps_, clf.epsilon_) == (steps, epsilon)
+
+
+def test_d08_a_dpnet_with_a_bad_ema_is_refused_before_its_charge():
+    from skdp.nn import DPNet
+
+    X, y = _table(200)
+    ledger = BudgetLedger(epsilon=10.0, delta=1e-3)
+    net = DPNet(torch.nn.Linear, module__in_features=8, module__out_features=3, criterion=torch.nn.CrossEntropyLoss,
+                epsilon=1.0, delta=1e-3, lr=0.5, batch_size=50, max_epochs=1, verbose=0, ledger=ledger, ema=1.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="ema"):
+            net.fit(X, y)
+    assert ledger.entries == []

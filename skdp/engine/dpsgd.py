@@ -369,6 +369,11 @@ class DPSGDEngine:
             computed from the data without noise: for the data curator only,
             never to be released.
         """
+        if self.noise_multiplier > 0 and getattr(self, "generator", None) is None:
+            # A pickled or copied engine keeps no generator; torch would draw from its global one, which the user
+            # seeds (review_s35 d02). Refused before anything is computed.
+            raise ValueError("This DPSGDEngine has no noise generator (it was pickled or copied): give it a fresh "
+                             "one, engine.generator = skdp.utils.random.torch_generator(mechanism_rng()).")
         n = inputs[0].shape[0]
         grads = {}
         losses = norms = inputs[0].new_zeros(0)

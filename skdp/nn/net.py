@@ -676,11 +676,6 @@ class DPNet(NeuralNet):
         # The augmentation's shifts and flips: from the fit's fresh entropy too, dropped with it.
         self._augment_gen = torch_generator(self._lot_rng) if self.augment is not None else None
         self._private_log = {}
-        # Until this fit completes, no certificate speaks for the module (skorch's partial_fit returns after a
-        # KeyboardInterrupt, with the module of an interrupted fit: review_s33 f08; a first fit too: review_s35
-        # b02). The estimators read this note (DPSGDEstimator._set_fit_results).
-        self.privacy_certified_ = False
-        self.privacy_notes_ = (INTERRUPTED,)
         engines = []
         try:
             # The engines check the module (skdp.nn.check_module: examples mixed, unsupported layers) before
@@ -691,6 +686,7 @@ class DPNet(NeuralNet):
             for name in engines:  # an audit that cannot run is refused before the charge (skdp.utils.taps)
                 taps.engine_planned(getattr(self, name).params)
             self.check_training_forward(X, y)
+            self._ema_decay(n_batches * epochs)  # a bad ema is refused before the charge (review_s35 d08)
             if self.ledger is not None:
                 spend_delta = 0.0 if math.isinf(projected) else self.delta
                 self.ledger.spend(projected, spend_delta,
@@ -702,6 +698,12 @@ class DPNet(NeuralNet):
             # Randomness the module draws from torch's global generator while training (dropout masks) comes
             # from the fit's own fresh entropy, not from a seed the user may have set: the global state is
             # forked and left as it was found.
+            # From the charge until this fit completes, no certificate speaks for the module (skorch's
+            # partial_fit returns after a KeyboardInterrupt, with the module of an interrupted fit: review_s33
+            # f08; a first fit too: review_s35 b02); a refusal before the charge keeps the last one (d03). The
+            # estimators read this note (DPSGDEstimator._set_fit_results).
+            self.privacy_certified_ = False
+            self.privacy_notes_ = (INTERRUPTED,)
             self._ema_begin(n_batches * epochs)
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 # The whole CPU state from the fit's entropy (manual_seed keeps 32 bits: review_s35 c07).
