@@ -25,7 +25,7 @@ from sklearn.utils.validation import (_check_feature_names, _check_y, check_cons
 from ..utils.bounds import resolve_bounds
 from ..utils.validation import DPSGD_CONSTRAINTS, Number, encode_labels, resolve_batch_size, warn_if_delta_too_large
 from . import _defaults
-from ..exceptions import StreamedDataError, UnsupportedModelError, UnsupportedModuleError
+from ..exceptions import UnsupportedModelError, UnsupportedModuleError
 from ._data import RowSource, as_rows, chunk_rows, is_streamed
 from .augment import make_augmentation
 from ._estimator import DP_PARAMETER_DOCS, DPSGDEstimator, fill_dp_docs
@@ -234,24 +234,16 @@ class _DPMomentum(DPSGDEstimator):
                 self._planned_privacy(n_samples)
                 self.net_ = self._make_net(X.shape[1:], n_samples, n_outputs)
                 self.net_.fit(X, y_enc, epochs=epochs)
-        except StreamedDataError:
-            # Streamed rows turned bad mid-training (see skdp.nn._data). A fresh fit leaves no model;
-            # a continued one keeps its network, whose privacy results must count the lots it took.
-            if continuing:
-                self._set_fit_results(self.net_, read_from_data=read_from_data)
-            else:
-                self._drop_fitted()
-            raise
         except (UnsupportedModuleError, UnsupportedModelError):
             # Refused mid-training (state written by the forward, a parameter written in place): the network
             # may already hold what the refused step computed from the data. It is not kept.
             self._drop_fitted()
             raise
         except BaseException:
-            # Anything else (the module failing on the real lots after the charge, a KeyboardInterrupt outside
-            # skorch's loop: review_s35 b10): a fresh fit keeps nothing,
-            # so no earlier fit's certificate stands beside a network it does not describe; a continued one
-            # keeps its network, whose privacy results count the lots it took (as for streamed rows).
+            # Anything else (streamed rows turned bad mid-training, skdp.nn._data's StreamedDataError; the module
+            # failing on the real lots after the charge; a KeyboardInterrupt outside skorch's loop: review_s35
+            # b10): a fresh fit keeps nothing, so no earlier fit's certificate stands beside a network it does not
+            # describe; a continued one keeps its network, whose privacy results count the lots it took.
             if continuing:
                 self._set_fit_results(self.net_, read_from_data=read_from_data)
             else:

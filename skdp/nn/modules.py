@@ -526,9 +526,8 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
         if len(input_shape) == 3:  # rows (C, H, W)
             if ((image_shape is not None and tuple(image_shape) != tuple(input_shape[1:]))
                     or (channels is not None and channels != input_shape[0])):
-                what = (f"image_shape={given}" if image_shape is not None else "") + \
-                       (" and " if image_shape is not None and channels is not None else "") + \
-                       (f"module__in_channels={channels}" if channels is not None else "")
+                what = " and ".join([f"image_shape={given}"] * (image_shape is not None)
+                                    + [f"module__in_channels={channels}"] * (channels is not None))
                 raise ValueError(
                     f"{what} does not describe rows of shape {tuple(input_shape)}: image rows are (H, W) or "
                     f"channels first, (C, H, W) (channels-last rows such as (28, 28, 1) are read as 28 channels "
