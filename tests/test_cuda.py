@@ -146,3 +146,16 @@ def test_memmap_fit_on_the_device(digits, tmp_path):
     X_mm = np.memmap(tmp_path / "X.f32", dtype=np.float32, mode="r", shape=X.shape)
     clf = DPMomentumClassifier(device="cuda", max_epochs=2, classes=range(10), random_state=0).fit(X_mm, y)
     assert clf.predict(X_mm).shape == (len(y),)
+
+
+def test_auto_cnn_with_augmentation_on_the_device(digits, noise_devices):
+    # module="auto" on declared 16x16 images resolves to the GroupNorm CNN with 4 augmented copies
+    # (skdp/nn/_defaults.py); the copies are drawn on the rows' device and the noise there too.
+    X, y = digits
+    X16 = np.kron(X.reshape(-1, 8, 8), np.ones((1, 2, 2), np.float32)).reshape(len(X), -1)
+    clf = DPMomentumClassifier(image_shape=(16, 16), device="cuda", max_epochs=1, classes=range(10),
+                               random_state=0).fit(X16, y)
+    assert clf.module_ == "cnn" and clf.augment_ is not None
+    assert next(clf.net_.module_.parameters()).is_cuda
+    assert set(noise_devices) == {"cuda"} and clf.privacy_certified_ and clf.epsilon_ <= 1.0 + 1e-9
+    assert clf.predict(X16).shape == (len(y),)
