@@ -27,7 +27,8 @@ from _common import RESULTS, environment, markdown_table, write_result
 from dev_defaults import digits_dev, mnist_dev
 
 DATA = {"digits-dev": digits_dev, "mnist-dev": mnist_dev}
-RULES = ("SAMPLE_RATE", "STEPS", "NOISE_RADIUS", "NOISE_RADIUS_CNN", "EMA_WINDOWS", "LR_MAX")
+RULES = ("SAMPLE_RATE", "STEPS", "NOISE_RADIUS", "NOISE_RADIUS_CNN", "EMA_WINDOWS", "LR_MAX", "CNN_MAX_LOT",
+         "AUTO_AUGMENT_COPIES")
 
 
 def _set_rules(rules):
@@ -44,7 +45,7 @@ def _set_rules(rules):
         setattr(_defaults, key, value)
 
 
-def run(data, seed, eps, name, rules, params):
+def run(data, seed, eps, name, rules, params, device="cpu"):
     torch.set_num_threads(1)
     from skdp import DPMomentumClassifier
 
@@ -53,7 +54,8 @@ def run(data, seed, eps, name, rules, params):
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        clf = DPMomentumClassifier(epsilon=eps, classes=range(10), random_state=seed, **params).fit(Xa, ya)
+        clf = DPMomentumClassifier(epsilon=eps, classes=range(10), random_state=seed, device=device,
+                                   **params).fit(Xa, ya)
     fit_s = time.perf_counter() - start
     plan = f"B {clf.batch_size_}, T {clf.n_steps_}, sigma {clf.noise_multiplier_:.2f}, lr {clf.lr_:.3g}"
     return data, eps, name, clf.score(Xv, yv), fit_s, plan
@@ -121,11 +123,31 @@ def digits_modules():
             ("digits-dev", "cnn, q 1, T 300, r 21", {"SAMPLE_RATE": 1.0}, {"module": "cnn"})]
 
 
+def mnist_recipe():
+    """The defaults on 28x28 mnist-dev (``image_shape=(28, 28)``: module="auto" is the GroupNorm CNN, lots of
+    ``CNN_MAX_LOT``, ``AUTO_AUGMENT_COPIES`` shifted copies, ``STEPS`` lots, radius ``NOISE_RADIUS_CNN``), one
+    rule changed a row. Run on a lent GPU (``--device cuda``): a CPU fit takes 4-5 minutes."""
+    base = {"image_shape": (28, 28)}
+    return [("mnist-dev", "committed (K 4, lots 500, T 300, r 21)", {}, base),
+            ("mnist-dev", "K 8", {"AUTO_AUGMENT_COPIES": 8}, base),
+            ("mnist-dev", "T 600", {"STEPS": 600}, base),
+            ("mnist-dev", "r 42", {"NOISE_RADIUS_CNN": 42.0}, base),
+            ("mnist-dev", "r 10.5", {"NOISE_RADIUS_CNN": 10.5}, base),
+            ("mnist-dev", "lots 1000", {"CNN_MAX_LOT": 1000}, base),
+            ("mnist-dev", "EMA windows 3", {"EMA_WINDOWS": 3.0}, base),
+            ("mnist-dev", "K 16", {"AUTO_AUGMENT_COPIES": 16}, base),
+            ("mnist-dev", "lots 250, T 600", {"CNN_MAX_LOT": 250, "STEPS": 600}, base),
+            ("mnist-dev", "lots 1000, T 600", {"CNN_MAX_LOT": 1000, "STEPS": 600}, base),
+            ("mnist-dev", "lots 1000, K 8", {"CNN_MAX_LOT": 1000, "AUTO_AUGMENT_COPIES": 8}, base),
+            ("mnist-dev", "lots 2000 (lots 1000 doubled)", {"CNN_MAX_LOT": 2000}, base)]
+
+
 GROUPS = {"recipe": ("EMA windows, the CNN's radius, augmentation (issue 28, first pass)", recipe),
           "schedule-digits": ("Lots, steps and radius with EMA in place: digits-dev", lambda: schedule("digits-dev")),
           "schedule-mnist": ("Lots, steps and radius with EMA in place: mnist-dev", lambda: schedule("mnist-dev")),
           "mnist-cnn": ("module='cnn' and augmentation on mnist-dev (28x28)", mnist_cnn),
-          "digits-modules": ("The MLP and the CNN's schedule on digits-dev", digits_modules)}
+          "digits-modules": ("The MLP and the CNN's schedule on digits-dev", digits_modules),
+          "mnist-recipe": ("The image defaults' rules on mnist-dev (28x28, module='auto')", mnist_recipe)}
 
 
 def section_rows(title):
@@ -155,13 +177,28 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dry", action="store_true", help="print, do not write")
     parser.add_argument("--merge", action="store_true", help="keep the section's rows not rerun")
+    parser.add_argument("--device", default="cpu", help="where the fits run (cuda on a lent GPU)")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds after which no new fit starts (the finished ones are written)")
     args = parser.parse_args()
     title, make = GROUPS[args.group]
     configs = [c for c in make() if args.only is None or args.only in c[1]]
-    jobs = [(data, seed, eps, name, rules, params) for data, name, rules, params in configs
-            for eps in args.epsilons for seed in (0, 1)]
+    # Every configuration at the first epsilon, then at the next: a deadline cuts the later epsilons first.
+    jobs = [(data, seed, eps, name, rules, params, args.device) for eps in args.epsilons
+            for data, name, rules, params in configs for seed in range(args.seeds)]
     start = time.perf_counter()
-    results = Parallel(n_jobs=args.jobs, verbose=5)(delayed(run)(*j) for j in jobs)
+
+    def started():
+        for j in jobs:
+            if args.deadline is not None and time.perf_counter() - start > args.deadline:
+                print(f"deadline: {j[3]!r} at epsilon {j[2]:g} and after not run", flush=True)
+                return
+            yield delayed(run)(*j)
+    results = []
+    for r in Parallel(n_jobs=args.jobs, verbose=5, return_as="generator_unordered")(started()):
+        print("result", r, flush=True)
+        results.append(r)
     table = {}
     for data, eps, name, acc, dur, plan in results:
         table.setdefault((data, name, eps), []).append((acc, dur, plan))
@@ -172,9 +209,10 @@ def main():
         new = {(r[0], r[1], r[2]) for r in rows}
         rows = [r for r in section_rows(title) if (r[0], r[1], r[2]) not in new] + rows
         minutes += " (this run; the section's other rows: earlier runs)"
-    text = (f"{environment()}; {args.jobs} fits at a time, 1 torch thread each; whole run {minutes}.\n\n"
+    where = f"device {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else "CPU"
+    text = (f"{environment()}; {where}; {args.jobs} fits at a time, 1 torch thread each; whole run {minutes}.\n\n"
             + (make.__doc__.strip() + "\n\n" if make.__doc__ else "")
-            + markdown_table(["data", "configuration", "epsilon", "validation accuracy (2 seeds)", "fit s",
+            + markdown_table(["data", "configuration", "epsilon", f"validation accuracy ({args.seeds} seeds)", "fit s",
                               "plan (seed 0)"], rows) + "\n")
     print(text)
     if not args.dry:
