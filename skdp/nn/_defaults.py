@@ -118,7 +118,7 @@ def auto_module(image_shape):
     return "cnn" if min(tuple(image_shape)[-2:]) >= CNN_MIN_SIDE else "linear"
 
 
-def auto_augment(module, image_shape, clipping="auto"):
+def auto_augment(module, image_shape, clipping="auto", task="classification"):
     """Return the augmentation of ``augment="auto"``: 4 shifted copies for the CNN on images of 16 x 16 or more.
 
     Chosen on 28 x 28 mnist-dev (lots of 500, 2 seeds, ``benchmarks/results/dev_recipe.md``): 4 copies
@@ -126,7 +126,9 @@ def auto_augment(module, image_shape, clipping="auto"):
     1, +0.018 at 10), for about three times the time. On 8 x 8 digits the CNN with copies lost (0.743
     against 0.840 at epsilon 1, with shifts of 2 pixels, ``defaults.md``), and the linear model is the
     default there. Free in privacy (the copies are averaged inside each record's clipped gradient), so the
-    rule may read anything public; it reads the resolved module and ``image_shape``.
+    rule may read anything public; it reads the resolved module and ``image_shape``. Classification only:
+    a shift keeps a digit's label but not a position-like regression target, and no regression development
+    data chose copies, so a regressor takes none (review_s35 c06).
 
     Parameters
     ----------
@@ -136,13 +138,16 @@ def auto_augment(module, image_shape, clipping="auto"):
         The estimator's ``image_shape``.
     clipping : str, default="auto"
         The estimator's ``clipping``: copies need the per-record (vmap) path, so ``"ghost"`` takes none.
+    task : {"classification", "regression"}, default="classification"
+        The estimator's task: "regression" takes none.
 
     Returns
     -------
     augment : int or None
         ``AUTO_AUGMENT_COPIES`` (4) or None.
     """
-    if module != "cnn" or clipping == "ghost" or image_shape is None or len(tuple(image_shape)) < 2:
+    if (task != "classification" or module != "cnn" or clipping == "ghost" or image_shape is None
+            or len(tuple(image_shape)) < 2):
         return None
     return AUTO_AUGMENT_COPIES if min(tuple(image_shape)[-2:]) >= CNN_MIN_SIDE else None
 

@@ -89,8 +89,9 @@ DP_PARAMETER_DOCS = {
     rows ``(C, H, W)``, ``(H, W)`` or flat with ``image_shape`` (or square).
     Training takes the vmap clipping (the layers see K rows per record) and
     K times the compute. None: the records as they are. "auto": 4 copies
-    when the module is the CNN on images of at least 16 x 16 (``module="auto"``
-    with such an ``image_shape``), else none (rule and data:
+    when a classifier's module is the CNN on images of at least 16 x 16
+    (``module="auto"`` with such an ``image_shape``), else none, and none for
+    a regressor (rule and data:
     ``skdp.nn._defaults.auto_augment``). The value used is ``augment_``.""",
     "accounting": """accounting : {{"rdp", "prv"}}, default={default}
     Opacus's RDP accountant (certified upper bound) or PRV (tighter, slower).""",

@@ -15,9 +15,9 @@ import numbers
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context, is_classifier
+from sklearn.base import ClassifierMixin, RegressorMixin, _fit_context, is_classifier, is_regressor
 from sklearn.metrics import accuracy_score, r2_score
-from sklearn.utils import check_array
+from sklearn.utils import check_array, check_X_y
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import (_check_feature_names, _check_y, check_consistent_length, check_is_fitted,
                                       validate_data)
@@ -153,8 +153,16 @@ class _DPMomentum(DPSGDEstimator):
         it is read from the data) is exactly what it is for arrays.
         """
         if not is_streamed(X):
-            return validate_data(self, X, y, reset=reset, dtype=self._x_dtype(), allow_nd=True,
-                                 multi_output=multi_output, y_numeric=y_numeric, ensure_min_samples=1)
+            if reset:
+                return validate_data(self, X, y, reset=True, dtype=self._x_dtype(), allow_nd=True,
+                                     multi_output=multi_output, y_numeric=y_numeric, ensure_min_samples=1)
+            # A continuation (partial_fit): n_features_in_ counts pixels for images, so sklearn's check of
+            # X.shape[1] would refuse the training rows themselves (review_s35 d06); the feature names are
+            # checked as sklearn does, the row shape against input_shape_ (as _validate_X).
+            _check_feature_names(self, X, reset=False)
+            X, y = check_X_y(X, y, dtype=self._x_dtype(), allow_nd=True, multi_output=multi_output,
+                             y_numeric=y_numeric, ensure_min_samples=1, estimator=self)
+            return self._check_row_shape(X), y
         owner = type(self).__name__
         _check_feature_names(self, X, reset=reset)
         rows = as_rows(X, owner)
@@ -349,7 +357,8 @@ class _DPMomentum(DPSGDEstimator):
         kwargs.update({f"module__{k}": v for k, v in module_kwargs.items()})
         kwargs.setdefault("optimizer__momentum", self.momentum)
         kwargs.setdefault("iterator_valid__batch_size", 1024)
-        self.augment_ = (_defaults.auto_augment(self._module_name(), self.image_shape, self.clipping)
+        task = "regression" if is_regressor(self) else "classification"
+        self.augment_ = (_defaults.auto_augment(self._module_name(), self.image_shape, self.clipping, task)
                          if self.augment == "auto" else self.augment)
         augment = make_augmentation(self.augment_, tuple(input_shape), self.image_shape)
         return DPNet(module, criterion=self._criterion(), batch_size=self.batch_size_, callbacks=self.callbacks,
