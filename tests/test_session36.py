@@ -59,3 +59,58 @@ def test_regressor_auto_augment_takes_no_copies(images):
         reg = DPMomentumRegressor(epsilon=1.0, max_epochs=1, bounds=(0, 1), image_shape=(16, 16), augment=2,
                                   random_state=0).fit(X.reshape(len(X), -1), y)
     assert reg.augment_ == 2
+
+
+def test_one_image_shape_rule():
+    # review_s35 b03c: image_shape was read in four places (module_spec, make_augmentation, PGEGenerator and
+    # auto_module), with rules that differed (the augmentation took a row of 3 H W features for 3 channels,
+    # the CNN for an error). One rule now: skdp.imaging.layout.row_image_shape.
+    from skdp.generative import PGEGenerator
+    from skdp.imaging.layout import row_image_shape
+    from skdp.nn import module_spec
+    from skdp.nn.augment import make_augmentation
+
+    assert row_image_shape((64,)) == (1, 8, 8)
+    assert row_image_shape((8, 8)) == (1, 8, 8)
+    assert row_image_shape((768,), (3, 16, 16)) == row_image_shape((768,), (16, 16), 3) == (3, 16, 16)
+    assert row_image_shape((3, 16, 16), (16, 16)) == (3, 16, 16)
+    for args, match in [(((768,), (16, 16)), r"image_shape=\(16, 16\) does not match 768"),
+                        (((768,), (3, 16, 16), 1), "declares 3 channels, module__in_channels=1"),
+                        (((60,),), r"needs image_shape=\(H, W\) for flat rows of 60"),
+                        (((16, 16, 3),), None), (((3, 16, 16), (1, 16, 16)), "does not describe rows"),
+                        (((2, 3, 4, 5),), "needs images")]:
+        if match is None:  # channels-last rows are 16 channels of 16 x 3: a shape, not an error here
+            assert row_image_shape(*args) == (16, 16, 3)
+            continue
+        with pytest.raises(ValueError, match=match):
+            row_image_shape(*args)
+    # the CNN, the augmentation and PGE's CNN agree, error for error
+    for image_shape in [(16, 16), (3, 16, 16), (8, 32)]:
+        outcomes = []
+        for build in (lambda: module_spec("cnn", input_shape=(768,), n_classes=2, image_shape=image_shape),
+                      lambda: make_augmentation(2, (768,), image_shape),
+                      lambda: PGEGenerator(image_shape=image_shape)._image_shape(768)):
+            try:
+                build()
+                outcomes.append("ok")
+            except ValueError as e:
+                outcomes.append(str(e).split(" does not match")[0])
+        assert len(set(outcomes)) == 1, (image_shape, outcomes)
+
+
+def test_augment_on_flat_multichannel_rows_is_refused_before_the_charge():
+    from skdp import BudgetLedger
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (60, 3 * 16 * 16)).astype(np.float32), np.arange(60) % 2
+    ledger = BudgetLedger(epsilon=10.0, delta=1e-3)
+    clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), image_shape=(16, 16),
+                               module="linear", augment=2, ledger=ledger)
+    with pytest.raises(ValueError, match=r"image_shape=\(16, 16\) does not match 768 features"):
+        clf.fit(X, y)
+    assert not hasattr(clf, "epsilon_") and ledger.entries == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ok = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1),
+                                  image_shape=(3, 16, 16), module="cnn", augment=2).fit(X, y)
+    assert ok.net_.augment.image_shape == (3, 16, 16) and ok.privacy_certified_

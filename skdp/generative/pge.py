@@ -19,6 +19,7 @@ from ..nn._estimator import DPSGDEstimator, fill_dp_docs
 from ..nn.net import check_device
 from ..privacy import set_privacy_attributes
 from ..utils.log import ProgressTimer, progress, progress_callback
+from ..imaging.layout import row_image_shape
 from ..utils import taps
 from ..utils.random import make_rng, mechanism_rng, torch_generator
 from ..utils.validation import DPSGD_CONSTRAINTS, encode_labels, resolve_batch_size, warn_if_delta_too_large
@@ -534,15 +535,8 @@ class PGEGenerator(DPSGDEstimator):
             iterator_valid__batch_size=1024, **{f"module__{k}": v for k, v in kwargs.items()}, **privacy)
 
     def _image_shape(self, n_features):
-        if self.image_shape is None:
-            side = math.isqrt(n_features)
-            if side * side != n_features:
-                raise ValueError("module='cnn' needs image_shape=(H, W) for non-square input.")
-            return (1, side, side)
-        shape = tuple(self.image_shape) if len(self.image_shape) == 3 else (1, *self.image_shape)
-        if int(np.prod(shape)) != n_features:
-            raise ValueError(f"image_shape={self.image_shape} does not match {n_features} features.")
-        return shape
+        # The image networks' rule (skdp.imaging.layout.row_image_shape): flat rows, (H, W) or (C, H, W).
+        return row_image_shape((n_features,), self.image_shape, owner="PGEGenerator(module='cnn')")
 
     def _scale(self, X):
         lower, upper = self.bounds_

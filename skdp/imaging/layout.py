@@ -5,6 +5,8 @@ Estimators accept images three ways: flat rows ``(n, C*H*W)`` with an
 batches ``(n, C, H, W)``. Internally everything is ``(n, C, H, W)`` float32;
 results go back in the caller's layout.
 """
+import math
+
 import numpy as np
 
 
@@ -52,6 +54,83 @@ def normalize_image_shape(image_shape, owner, name="image_shape"):
     if len(shape) != 3 or not all(isinstance(s, (int, np.integer)) and s > 0 for s in shape):
         raise ValueError(f"{owner}: {name} must be (H, W) or (C, H, W) of positive ints, got {image_shape!r}.")
     return tuple(int(s) for s in shape)
+
+
+def row_image_shape(input_shape, image_shape=None, in_channels=None, owner="module='cnn'"):
+    """Return the ``(C, H, W)`` of image rows: the one rule of the image networks, augmentation and PGE.
+
+    Rows are channels-first images ``(C, H, W)``, grey ``(H, W)`` or flat ``(n_features,)``. ``image_shape`` (a public
+    parameter) declares ``(H, W)`` or ``(C, H, W)``, ``in_channels`` (``module__in_channels``) the
+    channels. Flat rows hold ``C * H * W`` features, C from ``image_shape`` or ``in_channels``, else 1;
+    without ``image_shape`` the images are square. Nothing else is read off the row length: a table whose
+    length happens to be a multiple of H * W is not taken for several channels.
+
+    Parameters
+    ----------
+    input_shape : tuple of int
+        The shape of one row: ``(C, H, W)``, ``(H, W)`` (one channel) or ``(n_features,)``.
+    image_shape : tuple of int or None, default=None
+        ``(H, W)`` or ``(C, H, W)``, as the user gave it (quoted so in the errors).
+    in_channels : int or None, default=None
+        The channels, when the network's ``in_channels`` was given.
+    owner : str, default="module='cnn'"
+        What needs the images, named in the errors.
+
+    Returns
+    -------
+    shape : tuple of int
+        ``(C, H, W)``.
+
+    Raises
+    ------
+    ValueError
+        If the declared shape and channels disagree, do not describe the rows, or flat rows are not square
+        when no ``image_shape`` is given.
+
+    Examples
+    --------
+    >>> from skdp.imaging.layout import row_image_shape
+    >>> row_image_shape((64,)), row_image_shape((768,), (3, 16, 16)), row_image_shape((2, 8, 8))
+    ((1, 8, 8), (3, 16, 16), (2, 8, 8))
+    """
+    input_shape = tuple(int(v) for v in input_shape)
+    if len(input_shape) == 2:  # rows (H, W): one channel
+        input_shape = (1, *input_shape)
+    given = None if image_shape is None else tuple(image_shape)  # quoted as given in the errors
+    asked = in_channels  # the network's in_channels as the user gave it
+    hw = None
+    if given is not None:
+        declared = normalize_image_shape(given, owner)
+        if len(given) == 3:
+            if in_channels is not None and in_channels != declared[0]:
+                raise ValueError(f"image_shape={given} declares {given[0]} channels, module__in_channels="
+                                 f"{in_channels}: give one of them.")
+            in_channels = declared[0]
+        hw = declared[1:]
+    if len(input_shape) == 3:  # rows (C, H, W)
+        if (hw is not None and hw != input_shape[1:]) or (in_channels is not None and in_channels != input_shape[0]):
+            what = " and ".join([f"image_shape={given}"] * (given is not None)
+                                + [f"module__in_channels={asked}"] * (asked is not None))
+            raise ValueError(
+                f"{what} does not describe rows of shape {input_shape}: image rows are (H, W) or "
+                f"channels first, (C, H, W) (channels-last rows such as (28, 28, 1) are read as 28 channels "
+                f"of 28 x 1). Pass the rows' (H, W) or (C, H, W), or move the channels first "
+                f"(X.transpose(0, 3, 1, 2)).")
+        return input_shape
+    if len(input_shape) != 1:
+        raise ValueError(f"{owner} needs images (C, H, W), (H, W) or flat rows; got rows of shape {input_shape}.")
+    d, channels = input_shape[0], in_channels or 1
+    if hw is None:  # square images of `channels` channels
+        pixels, rest = divmod(d, channels)
+        side = math.isqrt(pixels)
+        if rest or side * side != pixels:
+            raise ValueError(f"{owner} needs image_shape=(H, W) for flat rows of {d} features"
+                             + (f" (not {in_channels} channels of a square image)" if in_channels else "") + ".")
+        return (channels, side, side)
+    if channels * hw[0] * hw[1] != d:
+        raise ValueError(f"image_shape={given}" + (f" with {in_channels} channels" if in_channels and len(given) == 2
+                                                    else "") + f" does not match {d} features.")
+    return (channels, *hw)
 
 
 def as_images(X, image_shape, owner, name="X"):

@@ -348,6 +348,7 @@ class _DPMomentum(DPSGDEstimator):
         self.module_ = name or getattr(self.module, "__name__", type(self.module).__name__)
         module, module_kwargs = module_spec(name or self.module, input_shape=input_shape, n_classes=n_outputs,
                                             image_shape=self.image_shape, **module_kwargs)
+        channels = module_kwargs.get("in_channels")  # the image networks' channels, for the augmentation
         if self.normalize_rows == "rms" and isinstance(self.module, str):  # built-in modules only
             module, module_kwargs = RowRMSNormalized, {"module": module, **module_kwargs}
         if getattr(self, "bounds_", None) is not None:  # clip to the public box and map it to [-1, 1], first
@@ -360,7 +361,7 @@ class _DPMomentum(DPSGDEstimator):
         task = "regression" if is_regressor(self) else "classification"
         self.augment_ = (_defaults.auto_augment(self._module_name(), self.image_shape, self.clipping, task)
                          if self.augment == "auto" else self.augment)
-        augment = make_augmentation(self.augment_, tuple(input_shape), self.image_shape)
+        augment = make_augmentation(self.augment_, tuple(input_shape), self.image_shape, channels)
         return DPNet(module, criterion=self._criterion(), batch_size=self.batch_size_, callbacks=self.callbacks,
                      **self._dp_net_kwargs(lr=self.lr_, max_epochs=self.max_epochs_, augment=augment), **kwargs)
 

@@ -13,12 +13,13 @@ noise), which is where the gain comes from. The transforms are public and
 data-independent (random shifts and flips of each image on its own), and
 their randomness is drawn from the fit's fresh mechanism generator.
 """
-import math
 import numbers
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from ..imaging.layout import row_image_shape
 
 #: The "auto" shift, in pixels on each axis, at every image size (ImageAugmentation says which data chose it).
 AUTO_SHIFT = 1
@@ -132,7 +133,7 @@ def _lot_streams(generator):
     return np.random.default_rng(words).spawn(2)
 
 
-def make_augmentation(augment, input_shape, image_shape=None):
+def make_augmentation(augment, input_shape, image_shape=None, in_channels=None):
     """Resolve an estimator's ``augment`` to an :class:`ImageAugmentation` (or None) from the rows' shape.
 
     Parameters
@@ -144,8 +145,11 @@ def make_augmentation(augment, input_shape, image_shape=None):
     input_shape : tuple of int
         Shape of one row as the network gets it: ``(C, H, W)``, or
         ``(n_features,)`` for flat rows.
-    image_shape : tuple of int (H, W) or None, default=None
-        Image size of flat rows; None: square single-channel images.
+    image_shape : tuple of int (H, W) or (C, H, W), or None, default=None
+        Image size of flat rows; None: square images.
+    in_channels : int or None, default=None
+        The channels of flat rows (the network's ``in_channels``), when ``image_shape`` is ``(H, W)``;
+        None: one. The rule is :func:`skdp.imaging.layout.row_image_shape`, the image networks' own.
 
     Returns
     -------
@@ -164,20 +168,5 @@ def make_augmentation(augment, input_shape, image_shape=None):
     if unknown or "copies" not in spec:
         raise ValueError(f"augment={augment!r}: give an int (copies) or a dict with 'copies' and optionally "
                          f"'shift' and 'flip'{f' (unknown: {sorted(unknown)})' if unknown else ''}.")
-    if len(input_shape) == 3:
-        shape = tuple(input_shape)
-    elif len(input_shape) == 1:
-        d = int(input_shape[0])
-        if image_shape is None:
-            side = int(math.isqrt(d))
-            if side * side != d:
-                raise ValueError(f"augment needs images: rows of {d} features are not square; give "
-                                 "image_shape=(H, W).")
-            image_shape = (side, side)
-        h, w = (int(v) for v in image_shape[-2:])
-        if d % (h * w):
-            raise ValueError(f"augment: image_shape={tuple(image_shape)} does not match {d} features.")
-        shape = (d // (h * w), h, w)
-    else:
-        raise ValueError(f"augment needs images (C, H, W), (H, W) or flat rows; got rows of shape {input_shape}.")
+    shape = row_image_shape(input_shape, image_shape, in_channels, owner="augment")
     return ImageAugmentation(image_shape=shape, **spec)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from ..engine.layers import _ConvGeometry, register as _register_rule
+from ..imaging.layout import row_image_shape
 from .init import INITIALISERS, register_init
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
@@ -517,34 +518,9 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
     cls = MODULES[module] if isinstance(module, str) else module
     if cls in IMAGE_MODULES:
         given = None if image_shape is None else tuple(image_shape)  # quoted as given in the errors
-        if given is not None and len(given) == 3:  # (C, H, W) declared: C channels of (H, W)
-            if kwargs.setdefault("in_channels", int(given[0])) != given[0]:
-                raise ValueError(f"image_shape={given} declares {given[0]} channels, module__in_channels="
-                                 f"{kwargs['in_channels']}: give one of them.")
-            image_shape = given[1:]
-        channels = kwargs.get("in_channels")
-        if len(input_shape) == 3:  # rows (C, H, W)
-            if ((image_shape is not None and tuple(image_shape) != tuple(input_shape[1:]))
-                    or (channels is not None and channels != input_shape[0])):
-                what = " and ".join([f"image_shape={given}"] * (image_shape is not None)
-                                    + [f"module__in_channels={channels}"] * (channels is not None))
-                raise ValueError(
-                    f"{what} does not describe rows of shape {tuple(input_shape)}: image rows are (H, W) or "
-                    f"channels first, (C, H, W) (channels-last rows such as (28, 28, 1) are read as 28 channels "
-                    f"of 28 x 1). Pass the rows' (H, W) or (C, H, W), or move the channels first "
-                    f"(X.transpose(0, 3, 1, 2)).")
-            kwargs.setdefault("in_channels", input_shape[0])
-            image_shape = image_shape or input_shape[1:]
-        if image_shape is None:  # flat rows, square images of in_channels channels
-            pixels, rest = divmod(int(input_shape[0]), channels or 1)
-            side = int(math.isqrt(pixels))
-            if rest or side * side != pixels:
-                raise ValueError(f"module='cnn' needs image_shape=(H, W) for flat rows of {input_shape[0]} features"
-                                 + (f" (not {channels} channels of a square image)" if channels else "") + ".")
-            image_shape = (side, side)
-        elif len(input_shape) == 1 and int(np.prod(image_shape)) * (channels or 1) != input_shape[0]:
-            raise ValueError(f"image_shape={given}" + (f" with {channels} channels" if channels and len(given) == 2
-                                                        else "") + f" does not match {input_shape[0]} features.")
+        channels, *image_shape = row_image_shape(input_shape, given, kwargs.get("in_channels"))
+        if len(input_shape) == 3 or (given is not None and len(given) == 3):
+            kwargs.setdefault("in_channels", channels)
         # Each block halves H and W: the smallest side must survive every pooling.
         n_pools = len(kwargs.get("channels", (16, 32)))
         if min(image_shape) < 2 ** n_pools:
