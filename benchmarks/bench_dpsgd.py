@@ -314,11 +314,16 @@ def breakdown(rounds):
             return out
         return wrapper
 
-    patches = [(dpsgd, name, timed("guards (fingerprints, module state)", getattr(dpsgd, name)))
-               for name in ("parameter_versions", "buffer_versions", "module_state")]
-    patches += [(dpsgd.DPSGDEngine, "_check_unchanged", timed("guards (fingerprints, module state)",
-                                                              dpsgd.DPSGDEngine._check_unchanged)),
-                (dpsgd.DPSGDEngine, "_noise", timed("noise (wait for the draw ahead, or draw)",
+    # The guards, part by part: the parameter/buffer snapshots (bit copies) before the lot and their
+    # comparison after it, the module-state walk before and the walk + comparison after.
+    guard_parts = {"parameter_versions": "guards: parameter/buffer snapshots (copies)",
+                   "buffer_versions": "guards: parameter/buffer snapshots (copies)",
+                   "check_parameters_unchanged": "guards: parameter/buffer comparison",
+                   "check_buffers_unchanged": "guards: parameter/buffer comparison",
+                   "module_state": "guards: module state walk, before",
+                   "check_state_unchanged": "guards: module state walk + comparison, after"}
+    patches = [(dpsgd, name, timed(label, getattr(dpsgd, name))) for name, label in guard_parts.items()]
+    patches += [(dpsgd.DPSGDEngine, "_noise", timed("noise (wait for the draw ahead, or draw)",
                                                     dpsgd.DPSGDEngine._noise)),
                 (hooks.HookClipper, "_forward", timed("forward + loss (hooks record a, out)",
                                                       hooks.HookClipper._forward)),
@@ -349,6 +354,7 @@ def breakdown(rounds):
                 phases = dict(acc)
                 noise = phases.get("noise (wait for the draw ahead, or draw)", 0.0)
                 inside = sum(v for k, v in phases.items() if not k.startswith("noise"))  # all run in clipped_sum
+                phases["guards (all parts)"] = sum(v for k, v in phases.items() if k.startswith("guards:"))
                 phases["clipping factors + clipped sums (rest of clipped_sum)"] = clipped - inside
                 phases["add noise to the sum, taps, rest"] = t_private - clipped - noise
                 phases["optimizer step"] = total - t_private
@@ -497,17 +503,20 @@ def main():
     header = ["model", "step", "median ms", "vs non-private", "peak MB"]
     load_before = os.getloadavg()
     if args.floor:
-        rows = []
+        rows, phases = [], []
         for t in threads:
             torch.set_num_threads(t)
             rows += [(t, *r) for r in floor(args.rounds)]
+            phases += [(t, *r) for r in breakdown(args.rounds * 3)]
         load_after = os.getloadavg()
         text = (f"# Where the DP-SGD MLP step's ratio comes from (batch {B}, MLP 784-256-10, {where})\n\n"
                 f"{environment()}; {args.rounds} interleaved rounds per thread count, medians. Load average "
                 f"(1, 5, 15 min) before {', '.join(f'{v:.2f}' for v in load_before)}, after "
                 f"{', '.join(f'{v:.2f}' for v in load_after)} ({os.cpu_count()} cores). {args.note}\n\n"
                 f"Produced by `python benchmarks/bench_dpsgd.py --floor`; the rows are in `floor`'s docstring.\n\n"
-                + markdown_table(["threads", "step", "median ms", "vs non-private"], rows) + "\n")
+                + markdown_table(["threads", "step", "median ms", "vs non-private"], rows) + "\n"
+                + "\n## The default step's phases (wrapped timers, the guards part by part)\n\n"
+                + markdown_table(["threads", "phase", "median ms", "vs non-private step"], phases) + "\n")
         print(text)
         write_result(f"dpsgd_floor{suffix}.md", text)
         return
