@@ -114,3 +114,90 @@ def test_augment_on_flat_multichannel_rows_is_refused_before_the_charge():
         ok = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1),
                                   image_shape=(3, 16, 16), module="cnn", augment=2).fit(X, y)
     assert ok.net_.augment.image_shape == (3, 16, 16) and ok.privacy_certified_
+
+
+# -- review_s36 (attacker's read of the above): e02, e05, e07, each failed before its fix -----------------------
+
+class _UserLinear(__import__("torch").nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = __import__("torch").nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_continuation_on_rows_of_another_dtype_is_refused_before_the_charge():
+    # e02: a user module keeps integer inputs; a continuation on int64 rows after float32 ones was charged, then
+    # crashed inside torch (the row shape was checked, the dtype not).
+    from skdp import BudgetLedger
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (60, 4)).astype(np.float32), np.arange(60) % 2
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(module=_UserLinear, epsilon=1.0, max_epochs=1, classes=[0, 1], ledger=ledger,
+                                   lr=0.1, random_state=0).partial_fit(X, y)
+    spent, entries = clf.epsilon_, len(ledger.entries)
+    with pytest.raises(ValueError, match="dtype int64.*float32"):
+        clf.partial_fit(rng.integers(0, 10, (60, 4)), y)
+    assert clf.epsilon_ == spent and len(ledger.entries) == entries and clf.privacy_certified_
+
+
+@pytest.mark.parametrize("channels", [0, -1, 3.0, True])
+def test_bad_in_channels_are_refused_by_name_before_the_charge(channels):
+    # e05: module__in_channels=0 read as "not given" (in_channels or 1): charged, then a crash in torch; -1, 3.0
+    # and True failed with errors that named no parameter.
+    from skdp import BudgetLedger
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (40, 256)).astype(np.float32), np.arange(40) % 2
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), ledger=ledger,
+                               module="cnn", module__channels=(4, 4), module__in_channels=channels)
+    with pytest.raises(ValueError, match="module__in_channels"):
+        clf.fit(X, y)
+    assert ledger.entries == []
+
+
+def test_in_channels_none_means_not_given():
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (40, 256)).astype(np.float32), np.arange(40) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), module="cnn",
+                                   module__channels=(4, 4), module__in_channels=None).fit(X, y)
+    assert clf.privacy_certified_
+
+
+def test_warm_start_fit_checks_the_columns_as_partial_fit_does():
+    # e07: a warm_start fit validated with reset=True: reordered DataFrame columns were trained on (bounds given by
+    # name stayed in the old order), and a refused warm fit had already rewritten n_features_in_.
+    pd = pytest.importorskip("pandas")
+    from skdp import BudgetLedger
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.uniform(0, 1, 120), "b": rng.uniform(0, 100, 120), "c": rng.uniform(0, 1, 120)})
+    y = (X["a"] > 0.5).astype(int).to_numpy()
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], ledger=ledger, warm_start=True,
+                                   bounds={"a": (0, 1), "b": (0, 100), "c": (0, 1)}, random_state=0).fit(X, y)
+    entries = len(ledger.entries)
+    with pytest.raises(ValueError, match="feature names"):
+        clf.fit(X[["b", "a", "c"]], y)
+    with pytest.raises(ValueError, match="missing"):
+        clf.fit(X[["a", "b"]], y)
+    with pytest.raises(ValueError, match="X has 2 features, but DPMomentumClassifier is expecting 3"):
+        clf.fit(X[["a", "b"]].to_numpy(), y)
+    assert len(ledger.entries) == entries and clf.n_features_in_ == 3 and list(clf.feature_names_in_) == ["a", "b", "c"]
+    assert clf.predict(X).shape == (120,)
+    reg = DPMomentumRegressor(epsilon=1.0, max_epochs=1, warm_start=True, bounds={"a": (0, 1), "b": (0, 100), "c": (0, 1)},
+                              random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg.fit(X, y.astype(float))
+    with pytest.raises(ValueError, match="feature names"):
+        reg.fit(X[["c", "b", "a"]], y.astype(float))

@@ -6,6 +6,7 @@ batches ``(n, C, H, W)``. Internally everything is ``(n, C, H, W)`` float32;
 results go back in the caller's layout.
 """
 import math
+import numbers
 
 import numpy as np
 
@@ -97,6 +98,10 @@ def row_image_shape(input_shape, image_shape=None, in_channels=None, owner="modu
     if len(input_shape) == 2:  # rows (H, W): one channel
         input_shape = (1, *input_shape)
     given = None if image_shape is None else tuple(image_shape)  # quoted as given in the errors
+    if in_channels is not None and (isinstance(in_channels, bool) or not isinstance(in_channels, numbers.Integral)
+                                    or in_channels < 1):
+        raise ValueError(f"module__in_channels={in_channels!r}: give the images' channels as a positive int, or "
+                         "leave it out (one channel, or the C of image_shape=(C, H, W)).")
     asked = in_channels  # the network's in_channels as the user gave it
     hw = None
     if given is not None:
@@ -119,17 +124,20 @@ def row_image_shape(input_shape, image_shape=None, in_channels=None, owner="modu
         return input_shape
     if len(input_shape) != 1:
         raise ValueError(f"{owner} needs images (C, H, W), (H, W) or flat rows; got rows of shape {input_shape}.")
-    d, channels = input_shape[0], in_channels or 1
+    d, channels = input_shape[0], 1 if in_channels is None else int(in_channels)
     if hw is None:  # square images of `channels` channels
         pixels, rest = divmod(d, channels)
         side = math.isqrt(pixels)
         if rest or side * side != pixels:
             raise ValueError(f"{owner} needs image_shape=(H, W) for flat rows of {d} features"
-                             + (f" (not {in_channels} channels of a square image)" if in_channels else "") + ".")
+                             + (f" (not {in_channels} channels of a square image)" if asked is not None else "")
+                             + ".")
         return (channels, side, side)
     if channels * hw[0] * hw[1] != d:
-        raise ValueError(f"image_shape={given}" + (f" with {in_channels} channels" if in_channels and len(given) == 2
-                                                    else "") + f" does not match {d} features.")
+        hint = (f"; for {d // (hw[0] * hw[1])} channels, channels first: image_shape=({d // (hw[0] * hw[1])}, "
+                f"{hw[0]}, {hw[1]})" if d % (hw[0] * hw[1]) == 0 and asked is None and len(given) == 2 else "")
+        raise ValueError(f"image_shape={given}" + (f" with {asked} channels" if asked is not None and len(given) == 2
+                                                    else "") + f" does not match {d} features{hint}.")
     return (channels, *hw)
 
 

@@ -221,6 +221,14 @@ class _DPMomentum(DPSGDEstimator):
         if continuing and X.shape[1:] != self.input_shape_:
             raise ValueError(f"X has rows of shape {X.shape[1:]}, but the fitted network takes rows of shape "
                              f"{self.input_shape_}.")
+        # A user module keeps integer inputs (token ids): a continuation on another dtype would be charged, then
+        # fail inside torch (review_s36 e02). Streamed rows are float32, as are a built-in module's.
+        dtype = np.dtype(getattr(X, "dtype", np.float32)) if not isinstance(X, RowSource) else np.dtype(np.float32)
+        trained_on = getattr(self, "_input_dtype", None)  # (a pickle from before it was kept has none)
+        if continuing and trained_on is not None and dtype != trained_on:
+            raise ValueError(f"X has dtype {dtype}, but the fitted network was trained on rows of dtype {trained_on}; "
+                             f"pass rows of that dtype (X.astype('{trained_on}')).")
+        self._input_dtype = dtype
         self.input_shape_ = X.shape[1:]
         self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
         if not continuing:
@@ -565,8 +573,11 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         self : DPMomentumClassifier
             The fitted classifier.
         """
-        X, y = self._validate_Xy(X, y, reset=True, multi_output=False, y_numeric=False)
-        if not (self.warm_start and hasattr(self, "net_")):
+        continuing = self.warm_start and hasattr(self, "net_")
+        # A continued fit checks its columns as partial_fit does (names and order, the row shape), before it
+        # changes anything (review_s36 e07: reordered columns were trained on under the old bounds).
+        X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=False, y_numeric=False)
+        if not continuing:
             self.classes_ = None
         self.classes_, y_enc = encode_labels(self.classes if self.classes_ is None else self.classes_, y,
                                              type(self).__name__)
@@ -826,7 +837,8 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         self : DPMomentumRegressor
             The fitted regressor.
         """
-        X, y = self._validate_Xy(X, y, reset=True, multi_output=True, y_numeric=True)
+        continuing = self.warm_start and hasattr(self, "net_")  # columns checked as partial_fit does (e07)
+        X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=True, y_numeric=True)
         y = np.asarray(y, dtype=np.float32)
         self._y_ndim = y.ndim
         y2 = y.reshape(len(y), -1)

@@ -479,9 +479,10 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
         Shape of one row: ``(n_features,)``, ``(H, W)`` or ``(C, H, W)``.
     n_classes : int
         Number of outputs.
-    image_shape : tuple of int (H, W) or None, default=None
+    image_shape : tuple of int (H, W) or (C, H, W), or None, default=None
         Image size of flat rows for the image networks; None: from ``input_shape``,
-        or a square image when the rows are flat.
+        or a square image when the rows are flat (the rule:
+        :func:`skdp.imaging.layout.row_image_shape`).
     **kwargs : dict
         Further constructor arguments (an estimator's ``module__*``), kept.
 
@@ -517,6 +518,8 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
         return module, {}
     cls = MODULES[module] if isinstance(module, str) else module
     if cls in IMAGE_MODULES:
+        if "in_channels" in kwargs and kwargs["in_channels"] is None:  # module__in_channels=None: not given
+            kwargs.pop("in_channels")
         given = None if image_shape is None else tuple(image_shape)  # quoted as given in the errors
         channels, *image_shape = row_image_shape(input_shape, given, kwargs.get("in_channels"))
         if len(input_shape) == 3 or (given is not None and len(given) == 3):
