@@ -142,12 +142,21 @@ def mnist_recipe():
             ("mnist-dev", "lots 2000 (lots 1000 doubled)", {"CNN_MAX_LOT": 2000}, base)]
 
 
+def mnist_width():
+    """The CNN's width and depth on 28x28 mnist-dev under the defaults (``module__channels``; the "auto" rules
+    otherwise, the learning rate from the model's size). Run on a lent GPU."""
+    base = {"image_shape": (28, 28)}
+    return [("mnist-dev", f"channels {c}", {}, {**base, "module__channels": c})
+            for c in ((16, 32), (32, 64), (64, 128), (16, 32, 64))]
+
+
 GROUPS = {"recipe": ("EMA windows, the CNN's radius, augmentation (issue 28, first pass)", recipe),
           "schedule-digits": ("Lots, steps and radius with EMA in place: digits-dev", lambda: schedule("digits-dev")),
           "schedule-mnist": ("Lots, steps and radius with EMA in place: mnist-dev", lambda: schedule("mnist-dev")),
           "mnist-cnn": ("module='cnn' and augmentation on mnist-dev (28x28)", mnist_cnn),
           "digits-modules": ("The MLP and the CNN's schedule on digits-dev", digits_modules),
-          "mnist-recipe": ("The image defaults' rules on mnist-dev (28x28, module='auto')", mnist_recipe)}
+          "mnist-recipe": ("The image defaults' rules on mnist-dev (28x28, module='auto')", mnist_recipe),
+          "mnist-width": ("The CNN's width and depth on mnist-dev (28x28, module='auto')", mnist_width)}
 
 
 def section_rows(title):

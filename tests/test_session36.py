@@ -201,3 +201,23 @@ def test_warm_start_fit_checks_the_columns_as_partial_fit_does():
         reg.fit(X, y.astype(float))
     with pytest.raises(ValueError, match="feature names"):
         reg.fit(X[["c", "b", "a"]], y.astype(float))
+
+
+def test_auto_cnn_has_three_blocks_unless_told(images):
+    # module="auto" on images of 16 x 16 or more: the GroupNorm CNN with AUTO_CNN_CHANNELS (chosen on mnist-dev);
+    # module="cnn" keeps its two blocks, and module__channels overrides either.
+    from skdp.nn import _defaults
+
+    X, y = images
+    flat = X.reshape(len(X), -1)
+
+    def blocks(**kw):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), image_shape=(16, 16),
+                                       augment=None, random_state=0, **kw).fit(flat, y)
+        return [m.out_channels for m in clf.net_.module_.modules() if isinstance(m, __import__("torch").nn.Conv2d)]
+
+    assert tuple(blocks()) == _defaults.AUTO_CNN_CHANNELS == (16, 32, 64)
+    assert blocks(module="cnn") == [16, 32]
+    assert blocks(module__channels=(8,)) == [8]

@@ -353,6 +353,8 @@ class _DPMomentum(DPSGDEstimator):
         kwargs = self._net_kwargs()
         module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("module__")}
         name = self._module_name()
+        if self.module == "auto" and name == "cnn":  # the "auto" CNN's blocks, unless given (module__channels)
+            module_kwargs.setdefault("channels", _defaults.AUTO_CNN_CHANNELS)
         self.module_ = name or getattr(self.module, "__name__", type(self.module).__name__)
         module, module_kwargs = module_spec(name or self.module, input_shape=input_shape, n_classes=n_outputs,
                                             image_shape=self.image_shape, **module_kwargs)
@@ -443,9 +445,10 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         "cnn" the weight-standardised GroupNorm CNN. "auto": "cnn" when
         ``image_shape`` declares images of at least 16 x 16 pixels, else
         "linear" (a rule on parameters only, so the privacy plan is known
-        before the data; see ``skdp.nn._defaults.auto_module``). The value
-        used is ``module_``. Constructor arguments go in ``module__*``
-        (e.g. ``module__hidden_sizes=(128,)``).
+        before the data; see ``skdp.nn._defaults.auto_module``); the "auto"
+        CNN has three blocks (``module__channels=(16, 32, 64)``, chosen on
+        mnist-dev), "cnn" two. The value used is ``module_``. Constructor
+        arguments go in ``module__*`` (e.g. ``module__hidden_sizes=(128,)``).
     {dp:bounds}
     {dp:epsilon}
     {dp:delta}
@@ -704,8 +707,9 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     ----------
     module : {"auto", "linear", "mlp", "cnn"}, torch.nn.Module class or instance, default="auto"
         "linear" is linear regression; "auto" is "cnn" when ``image_shape``
-        declares images of at least 16 x 16 pixels, else "linear" (the value
-        used is ``module_``); constructor arguments go in ``module__*``.
+        declares images of at least 16 x 16 pixels (with three blocks,
+        ``module__channels=(16, 32, 64)``), else "linear" (the value used is
+        ``module_``); constructor arguments go in ``module__*``.
     {dp:bounds}
     loss : {"squared_error", "huber"}, default="squared_error"
         Per-example loss, averaged over the outputs.
