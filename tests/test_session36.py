@@ -127,9 +127,18 @@ class _UserLinear(__import__("torch").nn.Module):
         return self.lin(x)
 
 
+class _Embed(__import__("torch").nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = __import__("torch").nn.Embedding(10, 2)
+
+    def forward(self, x):
+        return self.emb(x).mean(1)
+
+
 def test_continuation_on_rows_of_another_dtype_is_refused_before_the_charge():
-    # e02: a user module keeps integer inputs; a continuation on int64 rows after float32 ones was charged, then
-    # crashed inside torch (the row shape was checked, the dtype not).
+    # e02: a user module keeps integer inputs; a continuation on rows of another dtype was charged, then crashed
+    # inside torch (the row shape was checked, the dtype not).
     from skdp import BudgetLedger
 
     rng = np.random.default_rng(0)
@@ -139,10 +148,17 @@ def test_continuation_on_rows_of_another_dtype_is_refused_before_the_charge():
         warnings.simplefilter("ignore")
         clf = DPMomentumClassifier(module=_UserLinear, epsilon=1.0, max_epochs=1, classes=[0, 1], ledger=ledger,
                                    lr=0.1, random_state=0).partial_fit(X, y)
-    spent, entries = clf.epsilon_, len(ledger.entries)
-    with pytest.raises(ValueError, match="dtype int64.*float32"):
+        emb = DPMomentumClassifier(module=_Embed, epsilon=1.0, max_epochs=1, classes=[0, 1], ledger=ledger,
+                                   lr=0.1, random_state=0).partial_fit(rng.integers(0, 10, (60, 4)), y)
+    spent, entries = emb.epsilon_, len(ledger.entries)
+    with pytest.raises(ValueError, match="dtype float32.*int64"):  # an embedding's ids given as floats
+        emb.partial_fit(X, y)
+    assert emb.epsilon_ == spent and len(ledger.entries) == entries and emb.privacy_certified_
+    # integer rows for the float network are cast to float32, as a built-in module's are (second read, f02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         clf.partial_fit(rng.integers(0, 10, (60, 4)), y)
-    assert clf.epsilon_ == spent and len(ledger.entries) == entries and clf.privacy_certified_
+    assert clf.privacy_certified_ and len(ledger.entries) == entries + 1
 
 
 @pytest.mark.parametrize("channels", [0, -1, 3.0, True])
@@ -221,3 +237,52 @@ def test_auto_cnn_has_three_blocks_unless_told(images):
     assert tuple(blocks()) == _defaults.AUTO_CNN_CHANNELS == (16, 32, 64)
     assert blocks(module="cnn") == [16, 32]
     assert blocks(module__channels=(8,)) == [8]
+
+
+# -- review_s36, second read: f04, f02 ----------------------------------------------------------------------------
+
+def test_warm_regressor_on_another_number_of_outputs_is_refused_before_the_charge():
+    # f04: y of shape (n,) then (n, 2): charged, then a crash in torch, with n_outputs_ rewritten.
+    from skdp import BudgetLedger
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (80, 4)).astype(np.float32)
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = DPMomentumRegressor(epsilon=1.0, max_epochs=1, bounds=(-1, 1), warm_start=True, ledger=ledger,
+                                  random_state=0).fit(X, X[:, 0])
+    spent = reg.epsilon_
+    with pytest.raises(ValueError, match="2 outputs.*1"):
+        reg.fit(X, X[:, :2])
+    assert reg.epsilon_ == spent and len(ledger.entries) == 1 and reg.n_outputs_ == 1
+    assert reg.predict(X).shape == (80,)
+
+
+class _Casting(__import__("torch").nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = __import__("torch").nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.lin(x.float())
+
+
+def test_continuation_casts_within_a_dtype_kind():
+    # f02: the exact-dtype rule refused continuations that trained before: integer rows after float ones are cast to
+    # the float dtype (as a built-in module's are), int32 after int64 to int64; float rows after integer ones
+    # (an embedding's ids) are still refused, and streamed rows (read as float32) say so.
+    rng = np.random.default_rng(0)
+    y = np.arange(60) % 2
+    Xi = rng.integers(0, 10, (60, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(module=_Casting, epsilon=1.0, max_epochs=1, classes=[0, 1], lr=0.1,
+                                   random_state=0).partial_fit(Xi.astype(np.float32), y)
+        clf.partial_fit(Xi, y)
+        emb = DPMomentumClassifier(module=_Embed, epsilon=1.0, max_epochs=1, classes=[0, 1], lr=0.1,
+                                   random_state=0).partial_fit(Xi, y)
+        emb.partial_fit(Xi.astype(np.int32), y)
+    assert clf.n_steps_ > 0 and emb.privacy_certified_
+    with pytest.raises(ValueError, match="dtype float32.*int64"):
+        emb.partial_fit(Xi.astype(np.float32), y)

@@ -222,12 +222,19 @@ class _DPMomentum(DPSGDEstimator):
             raise ValueError(f"X has rows of shape {X.shape[1:]}, but the fitted network takes rows of shape "
                              f"{self.input_shape_}.")
         # A user module keeps integer inputs (token ids): a continuation on another dtype would be charged, then
-        # fail inside torch (review_s36 e02). Streamed rows are float32, as are a built-in module's.
-        dtype = np.dtype(getattr(X, "dtype", np.float32)) if not isinstance(X, RowSource) else np.dtype(np.float32)
+        # fail inside torch (review_s36 e02). Within the network's kind the rows are cast to its dtype (integers to
+        # floats as for a built-in module, int32 to int64: f02); floats for an integer network are refused.
+        # Streamed rows are read as float32, as a built-in module's always are.
+        streamed = isinstance(X, RowSource)
+        dtype = np.dtype(np.float32) if streamed else np.dtype(X.dtype)
         trained_on = getattr(self, "_input_dtype", None)  # (a pickle from before it was kept has none)
         if continuing and trained_on is not None and dtype != trained_on:
-            raise ValueError(f"X has dtype {dtype}, but the fitted network was trained on rows of dtype {trained_on}; "
-                             f"pass rows of that dtype (X.astype('{trained_on}')).")
+            if trained_on.kind in "iu" and dtype.kind not in "iu":
+                raise ValueError(
+                    f"X has dtype {dtype}" + (" (streamed rows, a memmap or Dataset, are read as float32)" * streamed)
+                    + f", but the fitted network was trained on integer rows of dtype {trained_on}: pass them as an "
+                    f"array of that dtype (X.astype('{trained_on}')).")
+            X, dtype = X.astype(trained_on), trained_on  # a copy: the user's rows are unchanged
         self._input_dtype = dtype
         self.input_shape_ = X.shape[1:]
         self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
@@ -844,8 +851,11 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         continuing = self.warm_start and hasattr(self, "net_")  # columns checked as partial_fit does (e07)
         X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=True, y_numeric=True)
         y = np.asarray(y, dtype=np.float32)
-        self._y_ndim = y.ndim
         y2 = y.reshape(len(y), -1)
+        if continuing and y2.shape[1] != self.n_outputs_:  # before anything is rewritten or charged (review_s36 f04)
+            raise ValueError(f"y has {y2.shape[1]} outputs, but the fitted network predicts {self.n_outputs_}; "
+                             "continue on targets of that width, or refit with warm_start=False.")
+        self._y_ndim = y.ndim
         self.n_outputs_ = y2.shape[1]
         return self._fit(X, y2, self.n_outputs_, [], sample_weight)
 
