@@ -286,3 +286,74 @@ def test_continuation_casts_within_a_dtype_kind():
     assert clf.n_steps_ > 0 and emb.privacy_certified_
     with pytest.raises(ValueError, match="dtype float32.*int64"):
         emb.partial_fit(Xi.astype(np.float32), y)
+
+
+# -- review_s36, third read: g02a, g02b, g06a, g03a ---------------------------------------------------------------
+
+class _Hashing(__import__("torch").nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = __import__("torch").nn.Embedding(10, 2)
+
+    def forward(self, x):
+        return self.emb(x % 10).mean(1)
+
+
+def test_continuation_never_casts_ids_unsafely():
+    # g02a: int64 ids for a network trained on int32 were cast with astype, which wraps: ids >= 2**32 were trained
+    # on as other ids (charged), ids in [2**31, 2**32) went negative (charged, then a crash). Refused by dtype now.
+    from skdp import BudgetLedger
+
+    rng = np.random.default_rng(0)
+    y = np.arange(60) % 2
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(module=_Hashing, epsilon=1.0, max_epochs=1, classes=[0, 1], lr=0.1, ledger=ledger,
+                                   random_state=0).partial_fit(rng.integers(0, 10, (60, 4)).astype(np.int32), y)
+    with pytest.raises(ValueError, match="dtype int64.*int32"):
+        clf.partial_fit(rng.integers(0, 10, (60, 4)) + 2 ** 32, y)
+    assert len(ledger.entries) == 1 and clf.privacy_certified_
+
+
+def test_prediction_sees_rows_as_training_does():
+    # g02b: a float network continued on int64 rows (cast) crashed in predict on the same rows.
+    rng = np.random.default_rng(0)
+    y = np.arange(60) % 2
+    Xi = rng.integers(0, 10, (60, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(module=_UserLinear, epsilon=1.0, max_epochs=1, classes=[0, 1], lr=0.1,
+                                   random_state=0).fit(Xi.astype(np.float32), y)
+        clf.partial_fit(Xi, y)
+    np.testing.assert_array_equal(clf.predict(Xi), clf.predict(Xi.astype(np.float32)))
+
+
+def test_refused_warm_regressor_keeps_its_prediction_shape(tmp_path):
+    # g06a: _y_ndim was written before _fit's checks: a warm fit refused on its rows (a memmap of other columns)
+    # turned predict's (n,) into (n, 1).
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (60, 4)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = DPMomentumRegressor(epsilon=1.0, max_epochs=1, bounds=(-1, 1), warm_start=True,
+                                  random_state=0).fit(X, X[:, 0])
+    mm = np.memmap(tmp_path / "X.f32", dtype=np.float32, mode="w+", shape=(60, 3))
+    mm[:] = X[:, :3]
+    mm.flush()
+    with pytest.raises(ValueError):
+        reg.fit(np.memmap(tmp_path / "X.f32", dtype=np.float32, mode="r", shape=(60, 3)), X[:, :1])
+    assert reg.predict(X).shape == (60,)
+
+
+def test_module_channels_none_means_not_given(images):
+    # g03a: module__channels=None was kept and failed with a TypeError naming no parameter.
+    X, y = images
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), image_shape=(16, 16),
+                                    augment=None, module__channels=None, random_state=0).fit(X.reshape(len(X), -1), y)
+        cnn = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), module="cnn",
+                                   augment=None, module__channels=None, random_state=0).fit(X, y)
+    convs = lambda c: [m.out_channels for m in c.net_.module_.modules() if isinstance(m, __import__("torch").nn.Conv2d)]
+    assert convs(auto) == [16, 32, 64] and convs(cnn) == [16, 32]

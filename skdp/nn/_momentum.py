@@ -190,7 +190,32 @@ class _DPMomentum(DPSGDEstimator):
         # the feature names are checked as sklearn does, and the row shape against input_shape_.
         _check_feature_names(self, X, reset=False)
         X = check_array(X, dtype=self._x_dtype(), allow_nd=True, ensure_min_samples=1)
-        return self._check_row_shape(X)
+        return self._as_trained_dtype(self._check_row_shape(X), refuse=False)
+
+    def _as_trained_dtype(self, X, refuse):
+        """``X`` as the network was trained on it: one rule for continuations and prediction.
+
+        A user module keeps integer inputs (token ids). Rows of the network's dtype pass; integer rows for a
+        float network are cast to its dtype (as a built-in module's always are); integer rows that cast safely
+        (int32 ids for an int64 network) are cast. Anything else would change the values (int64 ids wrapped to
+        int32: review_s36 g02a) or crash in torch after a charge (floats for an embedding: e02): ``refuse``
+        (a continuation, before its charge) raises by dtype, never by value; prediction leaves the rows as they
+        are. Streamed rows are read as float32. A pickle from before the dtype was kept casts nothing.
+        """
+        trained_on = getattr(self, "_input_dtype", None)
+        streamed = isinstance(X, RowSource)
+        dtype = np.dtype(np.float32) if streamed else np.dtype(X.dtype)
+        if trained_on is None or dtype == trained_on:
+            return X
+        if not streamed and dtype.kind in "iub" and (trained_on.kind == "f"
+                                                    or np.can_cast(dtype, trained_on, casting="safe")):
+            return X.astype(trained_on)  # a copy: the user's rows are unchanged
+        if refuse:
+            raise ValueError(
+                f"X has dtype {dtype}" + (" (streamed rows, a memmap or Dataset, are read as float32)" * streamed)
+                + f", but the fitted network was trained on rows of dtype {trained_on}, and {dtype} does not cast "
+                f"to it without changing values: pass an array of dtype {trained_on}.")
+        return X
 
     def _x_dtype(self):
         # Integer inputs (token ids for an nn.Embedding) stay integers for a module of the user's; any
@@ -225,17 +250,9 @@ class _DPMomentum(DPSGDEstimator):
         # fail inside torch (review_s36 e02). Within the network's kind the rows are cast to its dtype (integers to
         # floats as for a built-in module, int32 to int64: f02); floats for an integer network are refused.
         # Streamed rows are read as float32, as a built-in module's always are.
-        streamed = isinstance(X, RowSource)
-        dtype = np.dtype(np.float32) if streamed else np.dtype(X.dtype)
-        trained_on = getattr(self, "_input_dtype", None)  # (a pickle from before it was kept has none)
-        if continuing and trained_on is not None and dtype != trained_on:
-            if trained_on.kind in "iu" and dtype.kind not in "iu":
-                raise ValueError(
-                    f"X has dtype {dtype}" + (" (streamed rows, a memmap or Dataset, are read as float32)" * streamed)
-                    + f", but the fitted network was trained on integer rows of dtype {trained_on}: pass them as an "
-                    f"array of that dtype (X.astype('{trained_on}')).")
-            X, dtype = X.astype(trained_on), trained_on  # a copy: the user's rows are unchanged
-        self._input_dtype = dtype
+        if continuing:
+            X = self._as_trained_dtype(X, refuse=True)
+        self._input_dtype = np.dtype(np.float32) if isinstance(X, RowSource) else np.dtype(X.dtype)
         self.input_shape_ = X.shape[1:]
         self.n_features_in_ = int(np.prod(self.input_shape_))  # pixels, for images (n, H, W[, ...])
         if not continuing:
@@ -360,8 +377,8 @@ class _DPMomentum(DPSGDEstimator):
         kwargs = self._net_kwargs()
         module_kwargs = {k[len("module__"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("module__")}
         name = self._module_name()
-        if self.module == "auto" and name == "cnn":  # the "auto" CNN's blocks, unless given (module__channels)
-            module_kwargs.setdefault("channels", _defaults.AUTO_CNN_CHANNELS)
+        if self.module == "auto" and name == "cnn" and module_kwargs.get("channels") is None:
+            module_kwargs["channels"] = _defaults.AUTO_CNN_CHANNELS  # the "auto" CNN's blocks, unless given
         self.module_ = name or getattr(self.module, "__name__", type(self.module).__name__)
         module, module_kwargs = module_spec(name or self.module, input_shape=input_shape, n_classes=n_outputs,
                                             image_shape=self.image_shape, **module_kwargs)
@@ -855,9 +872,10 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         if continuing and y2.shape[1] != self.n_outputs_:  # before anything is rewritten or charged (review_s36 f04)
             raise ValueError(f"y has {y2.shape[1]} outputs, but the fitted network predicts {self.n_outputs_}; "
                              "continue on targets of that width, or refit with warm_start=False.")
-        self._y_ndim = y.ndim
         self.n_outputs_ = y2.shape[1]
-        return self._fit(X, y2, self.n_outputs_, [], sample_weight)
+        fitted = self._fit(X, y2, self.n_outputs_, [], sample_weight)
+        self._y_ndim = y.ndim  # after _fit's checks: a refused warm fit keeps its prediction shape (review_s36 g06a)
+        return fitted
 
     def predict(self, X):
         """Predicted targets (post-processing of the private model).

@@ -518,8 +518,9 @@ def module_spec(module, *, input_shape, n_classes, image_shape=None, **kwargs):
         return module, {}
     cls = MODULES[module] if isinstance(module, str) else module
     if cls in IMAGE_MODULES:
-        if "in_channels" in kwargs and kwargs["in_channels"] is None:  # module__in_channels=None: not given
-            kwargs.pop("in_channels")
+        for key in ("in_channels", "channels"):  # module__in_channels=None, module__channels=None: not given
+            if key in kwargs and kwargs[key] is None:
+                kwargs.pop(key)
         given = None if image_shape is None else tuple(image_shape)  # quoted as given in the errors
         channels, *image_shape = row_image_shape(input_shape, given, kwargs.get("in_channels"))
         if len(input_shape) == 3 or (given is not None and len(given) == 3):
