@@ -357,3 +357,39 @@ def test_module_channels_none_means_not_given(images):
                                    augment=None, module__channels=None, random_state=0).fit(X, y)
     convs = lambda c: [m.out_channels for m in c.net_.module_.modules() if isinstance(m, __import__("torch").nn.Conv2d)]
     assert convs(auto) == [16, 32, 64] and convs(cnn) == [16, 32]
+
+
+# -- review_s36, fourth read: h07, h03 ----------------------------------------------------------------------------
+
+def test_refit_refused_for_sample_weight_changes_nothing():
+    # h07: the refusal came after fit had written the refused call's classes_: the old network then answered
+    # with the new labels.
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-1, 1, (60, 4)).astype(np.float32), np.arange(60) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=None, bounds=(-1, 1), random_state=0).fit(X, y)
+    before = clf.predict(X)
+    with pytest.raises(ValueError, match="sample_weight"):
+        clf.fit(X, np.array(["a", "b", "c"])[np.arange(60) % 3], sample_weight=np.ones(60))
+    assert list(clf.classes_) == [0, 1]
+    np.testing.assert_array_equal(clf.predict(X), before)
+
+
+def test_fresh_regressor_predicts_from_a_callback_during_fit():
+    # h03: _y_ndim was written after _fit, so a user's callback calling predict during a fresh fit failed.
+    from skorch.callbacks import Callback
+
+    seen = []
+
+    class Peek(Callback):
+        def on_epoch_end(self, net, **kwargs):
+            seen.append(reg.predict(X[:3]).shape)
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (60, 4)).astype(np.float32)
+    reg = DPMomentumRegressor(epsilon=1.0, max_epochs=1, bounds=(-1, 1), callbacks=[Peek()], random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg.fit(X, X[:, 0])
+    assert seen and seen[0] == (3,)

@@ -214,7 +214,8 @@ class _DPMomentum(DPSGDEstimator):
             raise ValueError(
                 f"X has dtype {dtype}" + (" (streamed rows, a memmap or Dataset, are read as float32)" * streamed)
                 + f", but the fitted network was trained on rows of dtype {trained_on}, and {dtype} does not cast "
-                f"to it without changing values: pass an array of dtype {trained_on}.")
+                f"to it without changing values: pass an array of dtype {trained_on} whose values fit it, or refit "
+                "(warm_start=False) on rows of the dtype you need.")
         return X
 
     def _x_dtype(self):
@@ -600,6 +601,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         self : DPMomentumClassifier
             The fitted classifier.
         """
+        if sample_weight is not None:  # before anything is validated or written (review_s36 h07)
+            raise ValueError(SAMPLE_WEIGHT_REFUSED.format(owner=type(self).__name__))
         continuing = self.warm_start and hasattr(self, "net_")
         # A continued fit checks its columns as partial_fit does (names and order, the row shape), before it
         # changes anything (review_s36 e07: reordered columns were trained on under the old bounds).
@@ -865,6 +868,8 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         self : DPMomentumRegressor
             The fitted regressor.
         """
+        if sample_weight is not None:  # before anything is validated or written (review_s36 h07)
+            raise ValueError(SAMPLE_WEIGHT_REFUSED.format(owner=type(self).__name__))
         continuing = self.warm_start and hasattr(self, "net_")  # columns checked as partial_fit does (e07)
         X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=True, y_numeric=True)
         y = np.asarray(y, dtype=np.float32)
@@ -873,8 +878,10 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
             raise ValueError(f"y has {y2.shape[1]} outputs, but the fitted network predicts {self.n_outputs_}; "
                              "continue on targets of that width, or refit with warm_start=False.")
         self.n_outputs_ = y2.shape[1]
+        if not continuing:  # a fresh fit predicts in this shape from the start (a callback may predict: h03)
+            self._y_ndim = y.ndim
         fitted = self._fit(X, y2, self.n_outputs_, [], sample_weight)
-        self._y_ndim = y.ndim  # after _fit's checks: a refused warm fit keeps its prediction shape (review_s36 g06a)
+        self._y_ndim = y.ndim  # a continuation's, after _fit's checks: a refused one keeps its shape (g06a)
         return fitted
 
     def predict(self, X):
