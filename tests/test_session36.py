@@ -393,3 +393,43 @@ def test_fresh_regressor_predicts_from_a_callback_during_fit():
         warnings.simplefilter("ignore")
         reg.fit(X, X[:, 0])
     assert seen and seen[0] == (3,)
+
+
+# -- review_s36, fifth read: i02a, i02b, i06 ----------------------------------------------------------------------
+
+def test_refused_fresh_refit_leaves_the_estimator_unfitted():
+    # i02a/i02b: a fresh refit refused after fit had written its bookkeeping (a label outside classes, bounds by name
+    # for numpy rows) kept the old network under the refused call's classes_ / prediction shape.
+    from sklearn.exceptions import NotFittedError
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-1, 1, (60, 4)).astype(np.float32), np.arange(60) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(-1, 1), random_state=0).fit(X, y)
+        with pytest.raises(ValueError):
+            clf.fit(X, np.arange(60) % 3)  # a label outside classes
+    with pytest.raises(NotFittedError):
+        clf.predict(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = DPMomentumRegressor(epsilon=1.0, max_epochs=1, bounds=(-1, 1), random_state=0).fit(X, X[:, :2])
+        reg.set_params(bounds={"a": (0, 1)})
+        with pytest.raises(ValueError):
+            reg.fit(X, X[:, 0])  # bounds by name for rows without names
+    with pytest.raises(NotFittedError):
+        reg.predict(X)
+
+
+def test_refused_first_fit_does_not_look_fitted():
+    # i06: a first fit refused after some writes kept n_features_in_ / classes_: check_is_fitted passed and predict
+    # failed with an AttributeError.
+    from sklearn.exceptions import NotFittedError
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-1, 1, (60, 4)).astype(np.float32), np.arange(60) % 2
+    clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=([-1] * 3, [1] * 3))
+    with pytest.raises(ValueError):
+        clf.fit(X, y)
+    with pytest.raises(NotFittedError):
+        clf.predict(X)

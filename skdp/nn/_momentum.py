@@ -10,6 +10,7 @@ each lot reads only its rows, and prediction streams it in chunks
 (:mod:`skdp.nn._data`). The privacy plan, the charge and the accounting are
 those of an array with the same rows: they depend only on n and the shapes.
 """
+import contextlib
 import numbers
 
 import numpy as np
@@ -303,6 +304,24 @@ class _DPMomentum(DPSGDEstimator):
     def _drop_fitted(self):
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, name)
+
+    @contextlib.contextmanager
+    def _fresh_fit_unfitted_on_error(self, continuing):
+        """A fresh fit starts unfitted and stays so if it is refused (scikit-learn's convention for ``fit``).
+
+        Before, a refusal after the bookkeeping was written (a label outside ``classes``, bounds by name for rows
+        without names) left the earlier network answering under the refused call's ``classes_`` or output
+        shape, or a first fit that looked fitted (review_s36 i02a, i06). A continuation is left as it was: its
+        checks run before it writes anything, and ``_fit`` records a charged one.
+        """
+        if not continuing:
+            self._drop_fitted()
+        try:
+            yield
+        except BaseException:
+            if not continuing:
+                self._drop_fitted()
+            raise
 
     def _check_buildable(self, X, n_samples):
         """Build a clone's network for the public rows ``X`` and run one forward on them; nothing is kept.
@@ -604,15 +623,14 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         if sample_weight is not None:  # before anything is validated or written (review_s36 h07)
             raise ValueError(SAMPLE_WEIGHT_REFUSED.format(owner=type(self).__name__))
         continuing = self.warm_start and hasattr(self, "net_")
-        # A continued fit checks its columns as partial_fit does (names and order, the row shape), before it
-        # changes anything (review_s36 e07: reordered columns were trained on under the old bounds).
-        X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=False, y_numeric=False)
-        if not continuing:
-            self.classes_ = None
-        self.classes_, y_enc = encode_labels(self.classes if self.classes_ is None else self.classes_, y,
-                                             type(self).__name__)
-        self._read_from_data = ["classes"] if self.classes is None else []
-        return self._fit(X, y_enc, len(self.classes_), self._read_from_data, sample_weight)
+        with self._fresh_fit_unfitted_on_error(continuing):
+            # A continued fit checks its columns as partial_fit does (names and order, the row shape), before it
+            # changes anything (review_s36 e07: reordered columns were trained on under the old bounds).
+            X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=False, y_numeric=False)
+            self.classes_, y_enc = encode_labels(self.classes_ if continuing else self.classes, y,
+                                                 type(self).__name__)
+            self._read_from_data = ["classes"] if self.classes is None else []
+            return self._fit(X, y_enc, len(self.classes_), self._read_from_data, sample_weight)
 
     def partial_fit(self, X, y=None, classes=None):
         """One more epoch on ``(X, y)``, charged to the accountant and the ledger.
@@ -637,14 +655,15 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
             call so far.
         """
         first = not hasattr(self, "net_")
-        X, y = self._validate_Xy(X, y, reset=first, multi_output=False, y_numeric=False)
-        if first:
-            label_set = self.classes if classes is None else classes
-            self.classes_, y_enc = encode_labels(label_set, y, type(self).__name__)
-            self._read_from_data = [] if label_set is not None else ["classes"]
-        else:
-            _, y_enc = encode_labels(self.classes_, y, type(self).__name__)
-        return self._fit(X, y_enc, len(self.classes_), self._read_from_data, epochs=1, continuing=not first)
+        with self._fresh_fit_unfitted_on_error(not first):
+            X, y = self._validate_Xy(X, y, reset=first, multi_output=False, y_numeric=False)
+            if first:
+                label_set = self.classes if classes is None else classes
+                self.classes_, y_enc = encode_labels(label_set, y, type(self).__name__)
+                self._read_from_data = [] if label_set is not None else ["classes"]
+            else:
+                _, y_enc = encode_labels(self.classes_, y, type(self).__name__)
+            return self._fit(X, y_enc, len(self.classes_), self._read_from_data, epochs=1, continuing=not first)
 
     def decision_function(self, X):
         """Class logits (post-processing of the private model).
@@ -871,18 +890,19 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
         if sample_weight is not None:  # before anything is validated or written (review_s36 h07)
             raise ValueError(SAMPLE_WEIGHT_REFUSED.format(owner=type(self).__name__))
         continuing = self.warm_start and hasattr(self, "net_")  # columns checked as partial_fit does (e07)
-        X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=True, y_numeric=True)
-        y = np.asarray(y, dtype=np.float32)
-        y2 = y.reshape(len(y), -1)
-        if continuing and y2.shape[1] != self.n_outputs_:  # before anything is rewritten or charged (review_s36 f04)
-            raise ValueError(f"y has {y2.shape[1]} outputs, but the fitted network predicts {self.n_outputs_}; "
-                             "continue on targets of that width, or refit with warm_start=False.")
-        self.n_outputs_ = y2.shape[1]
-        if not continuing:  # a fresh fit predicts in this shape from the start (a callback may predict: h03)
-            self._y_ndim = y.ndim
-        fitted = self._fit(X, y2, self.n_outputs_, [], sample_weight)
-        self._y_ndim = y.ndim  # a continuation's, after _fit's checks: a refused one keeps its shape (g06a)
-        return fitted
+        with self._fresh_fit_unfitted_on_error(continuing):
+            X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=True, y_numeric=True)
+            y = np.asarray(y, dtype=np.float32)
+            y2 = y.reshape(len(y), -1)
+            if continuing and y2.shape[1] != self.n_outputs_:  # before anything is rewritten or charged (f04)
+                raise ValueError(f"y has {y2.shape[1]} outputs, but the fitted network predicts {self.n_outputs_}; "
+                                 "continue on targets of that width, or refit with warm_start=False.")
+            self.n_outputs_ = y2.shape[1]
+            if not continuing:  # a fresh fit predicts in this shape from the start (a callback may predict: h03)
+                self._y_ndim = y.ndim
+            fitted = self._fit(X, y2, self.n_outputs_, [], sample_weight)
+            self._y_ndim = y.ndim  # a continuation's, after _fit's checks: a refused one keeps its shape (g06a)
+            return fitted
 
     def predict(self, X):
         """Predicted targets (post-processing of the private model).
