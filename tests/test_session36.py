@@ -433,3 +433,27 @@ def test_refused_first_fit_does_not_look_fitted():
         clf.fit(X, y)
     with pytest.raises(NotFittedError):
         clf.predict(X)
+
+
+class _Scaled(__import__("torch").nn.Module):
+    def __init__(self, scale_=1.0):
+        super().__init__()
+        self.lin = __import__("torch").nn.Linear(4, 2)
+        self.scale_ = scale_
+
+    def forward(self, x):
+        return self.lin(x) * self.scale_
+
+
+def test_a_parameter_ending_in_underscore_survives_a_fresh_fit():
+    # review_s36 j04: _drop_fitted deleted every attribute ending in "_", a module__scale_ parameter included.
+    from sklearn.base import clone
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-1, 1, (60, 4)).astype(np.float32), np.arange(60) % 2
+    clf = DPMomentumClassifier(module=_Scaled, module__scale_=3.0, epsilon=1.0, max_epochs=1, classes=[0, 1],
+                               bounds=(-1, 1), random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y).fit(X, y)
+    assert clf.get_params()["module__scale_"] == 3.0 and clone(clf).get_params()["module__scale_"] == 3.0

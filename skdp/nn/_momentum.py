@@ -302,7 +302,8 @@ class _DPMomentum(DPSGDEstimator):
                                                                                          None))
 
     def _drop_fitted(self):
-        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+        params = self.get_params(deep=False)  # a passthrough parameter may end in "_" too (module__scale_: j04)
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("__") and k not in params]:
             delattr(self, name)
 
     @contextlib.contextmanager
