@@ -457,3 +457,29 @@ def test_a_parameter_ending_in_underscore_survives_a_fresh_fit():
         warnings.simplefilter("ignore")
         clf.fit(X, y).fit(X, y)
     assert clf.get_params()["module__scale_"] == 3.0 and clone(clf).get_params()["module__scale_"] == 3.0
+
+
+def test_privacy_spent_refuses_an_unfitted_dp_step():
+    # review_s36 j03: privacy_spent of an unfitted DP estimator, or of a Pipeline whose DP step was dropped by a
+    # refused refit, reported (0, 0, certified): a certified figure for a model that does not exist.
+    from sklearn.exceptions import NotFittedError
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+
+    from skdp import DPFisherClassifier
+    from skdp.privacy import privacy_spent
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (60, 3)), np.arange(60) % 2
+    with pytest.raises(NotFittedError, match="DPFisherClassifier"):
+        privacy_spent(DPFisherClassifier(epsilon=1.0, bounds=(0, 1), classes=[0, 1]))
+    pipe = make_pipeline(SimpleImputer(strategy="constant", fill_value=0.5),
+                         DPMomentumClassifier(epsilon=1.0, max_epochs=1, bounds=(0, 1), classes=[0, 1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.fit(X, y)
+        assert privacy_spent(pipe)[2]
+        with pytest.raises(ValueError):
+            pipe.fit(X, np.arange(60) % 3)  # a label outside classes: the classifier's fresh fit is refused
+    with pytest.raises(NotFittedError, match="DPMomentumClassifier"):
+        privacy_spent(pipe)

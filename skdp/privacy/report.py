@@ -184,12 +184,19 @@ def _cost_of(estimator):
 
 def _spent(estimator):
     """``(spends, certified)`` of the steps of a composition that spend privacy."""
-    from .public_steps import _children, is_fitted_search
+    from .public_steps import _children, _dp_step, is_fitted_search
 
     if estimator is None or isinstance(estimator, str) or type(estimator).__name__ == "FrozenEstimator":
         return [], True  # a frozen step was fitted (and spent) elsewhere; the composition only applies it
     if hasattr(estimator, "epsilon_"):
         return [_cost_of(estimator)], getattr(estimator, "privacy_certified_", False)
+    if _dp_step(estimator) and _children(estimator) is None:
+        # An unfitted DP step (never fitted, or dropped by a refused refit) has spent nothing that describes a
+        # model: reporting (0, 0, certified) for it would certify a composition that does not exist (review_s36 j03).
+        from sklearn.exceptions import NotFittedError
+
+        raise NotFittedError(f"privacy_spent reports fitted models: {type(estimator).__name__} is not fitted (never "
+                             "fitted, or its last fit was refused); fit it (or the composition) first.")
     if is_fitted_search(estimator):
         from .search import search_costs
 
