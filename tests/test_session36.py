@@ -3,6 +3,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from skdp import DPMomentumClassifier, DPMomentumRegressor
 
@@ -118,19 +119,19 @@ def test_augment_on_flat_multichannel_rows_is_refused_before_the_charge():
 
 # -- review_s36 (attacker's read of the above): e02, e05, e07, each failed before its fix -----------------------
 
-class _UserLinear(__import__("torch").nn.Module):
+class _UserLinear(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.lin = __import__("torch").nn.Linear(4, 2)
+        self.lin = torch.nn.Linear(4, 2)
 
     def forward(self, x):
         return self.lin(x)
 
 
-class _Embed(__import__("torch").nn.Module):
+class _Embed(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.emb = __import__("torch").nn.Embedding(10, 2)
+        self.emb = torch.nn.Embedding(10, 2)
 
     def forward(self, x):
         return self.emb(x).mean(1)
@@ -232,7 +233,7 @@ def test_auto_cnn_has_three_blocks_unless_told(images):
             warnings.simplefilter("ignore")
             clf = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), image_shape=(16, 16),
                                        augment=None, random_state=0, **kw).fit(flat, y)
-        return [m.out_channels for m in clf.net_.module_.modules() if isinstance(m, __import__("torch").nn.Conv2d)]
+        return [m.out_channels for m in clf.net_.module_.modules() if isinstance(m, torch.nn.Conv2d)]
 
     assert tuple(blocks()) == _defaults.AUTO_CNN_CHANNELS == (16, 32, 64)
     assert blocks(module="cnn") == [16, 32]
@@ -259,10 +260,10 @@ def test_warm_regressor_on_another_number_of_outputs_is_refused_before_the_charg
     assert reg.predict(X).shape == (80,)
 
 
-class _Casting(__import__("torch").nn.Module):
+class _Casting(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.lin = __import__("torch").nn.Linear(4, 2)
+        self.lin = torch.nn.Linear(4, 2)
 
     def forward(self, x):
         return self.lin(x.float())
@@ -290,10 +291,10 @@ def test_continuation_casts_within_a_dtype_kind():
 
 # -- review_s36, third read: g02a, g02b, g06a, g03a ---------------------------------------------------------------
 
-class _Hashing(__import__("torch").nn.Module):
+class _Hashing(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.emb = __import__("torch").nn.Embedding(10, 2)
+        self.emb = torch.nn.Embedding(10, 2)
 
     def forward(self, x):
         return self.emb(x % 10).mean(1)
@@ -355,7 +356,7 @@ def test_module_channels_none_means_not_given(images):
                                     augment=None, module__channels=None, random_state=0).fit(X.reshape(len(X), -1), y)
         cnn = DPMomentumClassifier(epsilon=1.0, max_epochs=1, classes=[0, 1], bounds=(0, 1), module="cnn",
                                    augment=None, module__channels=None, random_state=0).fit(X, y)
-    convs = lambda c: [m.out_channels for m in c.net_.module_.modules() if isinstance(m, __import__("torch").nn.Conv2d)]
+    convs = lambda c: [m.out_channels for m in c.net_.module_.modules() if isinstance(m, torch.nn.Conv2d)]
     assert convs(auto) == [16, 32, 64] and convs(cnn) == [16, 32]
 
 
@@ -435,10 +436,10 @@ def test_refused_first_fit_does_not_look_fitted():
         clf.predict(X)
 
 
-class _Scaled(__import__("torch").nn.Module):
+class _Scaled(torch.nn.Module):
     def __init__(self, scale_=1.0):
         super().__init__()
-        self.lin = __import__("torch").nn.Linear(4, 2)
+        self.lin = torch.nn.Linear(4, 2)
         self.scale_ = scale_
 
     def forward(self, x):

@@ -234,17 +234,13 @@ class _DPMomentum(DPSGDEstimator):
                 f"{self.input_shape_}; pass data shaped like the training data.")
         return X
 
-    def _fit(self, X, y_enc, n_outputs, read_from_data, sample_weight=None, epochs=None, continuing=None):
+    def _fit(self, X, y_enc, n_outputs, read_from_data, continuing, epochs=None):
         """Train on validated ``X`` and encoded targets: the one body of ``fit`` and ``partial_fit``.
 
-        ``continuing`` (default: ``warm_start`` and already fitted) trains the fitted network further;
-        every call plans, charges and accounts its own epochs.
+        ``continuing`` trains the fitted network further; every call plans, charges and accounts its own
+        epochs. The callers run it inside ``_fresh_fit_unfitted_on_error``: a fresh fit that raises keeps nothing.
         """
-        if sample_weight is not None:
-            raise ValueError(SAMPLE_WEIGHT_REFUSED.format(owner=type(self).__name__))
         self._check_net_kwargs()
-        if continuing is None:
-            continuing = self.warm_start and hasattr(self, "net_")
         if continuing and X.shape[1:] != self.input_shape_:
             raise ValueError(f"X has rows of shape {X.shape[1:]}, but the fitted network takes rows of shape "
                              f"{self.input_shape_}.")
@@ -284,12 +280,11 @@ class _DPMomentum(DPSGDEstimator):
         except BaseException:
             # Anything else (streamed rows turned bad mid-training, skdp.nn._data's StreamedDataError; the module
             # failing on the real lots after the charge; a KeyboardInterrupt outside skorch's loop: review_s35
-            # b10): a fresh fit keeps nothing, so no earlier fit's certificate stands beside a network it does not
-            # describe; a continued one keeps its network, whose privacy results count the lots it took.
+            # b10): a continued fit keeps its network, whose privacy results count the lots it took; a fresh one
+            # keeps nothing (dropped by _fresh_fit_unfitted_on_error), so no earlier fit's certificate stands beside
+            # a network it does not describe.
             if continuing:
                 self._set_fit_results(self.net_, read_from_data=read_from_data)
-            else:
-                self._drop_fitted()
             raise
         self._set_fit_results(self.net_, read_from_data=read_from_data)
         return self
@@ -631,7 +626,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
             self.classes_, y_enc = encode_labels(self.classes_ if continuing else self.classes, y,
                                                  type(self).__name__)
             self._read_from_data = ["classes"] if self.classes is None else []
-            return self._fit(X, y_enc, len(self.classes_), self._read_from_data, sample_weight)
+            return self._fit(X, y_enc, len(self.classes_), self._read_from_data, continuing)
 
     def partial_fit(self, X, y=None, classes=None):
         """One more epoch on ``(X, y)``, charged to the accountant and the ledger.
@@ -664,7 +659,7 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
                 self._read_from_data = [] if label_set is not None else ["classes"]
             else:
                 _, y_enc = encode_labels(self.classes_, y, type(self).__name__)
-            return self._fit(X, y_enc, len(self.classes_), self._read_from_data, epochs=1, continuing=not first)
+            return self._fit(X, y_enc, len(self.classes_), self._read_from_data, not first, epochs=1)
 
     def decision_function(self, X):
         """Class logits (post-processing of the private model).
@@ -901,7 +896,7 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
             self.n_outputs_ = y2.shape[1]
             if not continuing:  # a fresh fit predicts in this shape from the start (a callback may predict: h03)
                 self._y_ndim = y.ndim
-            fitted = self._fit(X, y2, self.n_outputs_, [], sample_weight)
+            fitted = self._fit(X, y2, self.n_outputs_, [], continuing)
             self._y_ndim = y.ndim  # a continuation's, after _fit's checks: a refused one keeps its shape (g06a)
             return fitted
 
