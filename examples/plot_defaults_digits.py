@@ -26,7 +26,7 @@ print(f"{'epsilon':>8}  {'pixels':>7}  {'scattering':>10}  auto schedule (lot / 
 pixels, scattering, epsilons = [], [], (0.5, 1.0, 4.0)
 for epsilon in epsilons:
     clf = DPMomentumClassifier(epsilon=epsilon, delta=1e-5, classes=range(10)).fit(Xtr, ytr)
-    scat = make_pipeline(ScatteringTransform(J=1, L=8, n_groups=9, image_shape=(8, 8)),
+    scat = make_pipeline(ScatteringTransform(image_shape=(8, 8)),
                          DPMomentumClassifier(epsilon=epsilon, delta=1e-5, classes=range(10))).fit(Xtr, ytr)
     print(f"{epsilon:>8g}  {clf.score(Xte, yte):>7.3f}  {scat.score(Xte, yte):>10.3f}  "
           f"{clf.batch_size_} / {clf.max_epochs_} / {clf.lr_:.3g}   (certified epsilon {clf.epsilon_:.3f})")

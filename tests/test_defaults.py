@@ -150,6 +150,23 @@ def test_scattering_images_and_errors():
     assert raw.shape == (2, 3969) and np.isfinite(raw).all()
 
 
+def test_scattering_auto_scales_and_groups_read_the_image_shape_only():
+    rng = np.random.default_rng(0)
+    small = ScatteringTransform(image_shape=(8, 8)).fit(rng.random((2, 64)))
+    assert (small.J_, small.n_channels_, small.n_groups_, small.output_shape_) == (1, 9, 9, (9, 4, 4))
+    assert small.J == "auto" and small.n_groups == "auto"  # the parameters stay as given
+    F = small.transform(rng.random((3, 64)))
+    np.testing.assert_allclose(F.reshape(3, 9, 16).mean(-1), 0, atol=1e-4)  # one channel a group
+    large = ScatteringTransform().fit(rng.random((1, 28 * 28)))
+    assert (large.J_, large.n_groups_) == (2, 27)  # Tramer & Boneh's setting
+    colour = ScatteringTransform(image_shape=(3, 16, 16)).fit(rng.random((1, 3 * 256)))
+    assert (colour.J_, colour.n_groups_) == (2, 81)
+    odd = ScatteringTransform(J=2, L=3).fit(rng.random((1, 16, 16)))  # 1 + 6 + 9 = 16 channels: 3 does not divide
+    assert odd.n_groups_ == 16
+    with pytest.raises(ValueError, match=r'n_groups=4 does not divide the 9 .*\(e.g. 9\) or n_groups="auto"'):
+        ScatteringTransform(n_groups=4, image_shape=(8, 8)).fit(rng.random((1, 64)))
+
+
 def test_scattering_then_classifier_in_a_pipeline(digits):
     from sklearn.pipeline import make_pipeline
 

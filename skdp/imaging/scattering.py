@@ -14,6 +14,13 @@ current scipy (``scipy.special.sph_harm`` was removed, for its 3-D
 transform), so the 2-D frontend is imported from its own module, which does
 not touch that code; ``tests/test_scattering.py`` pins that this works.
 
+Defaults (``J="auto"``, ``n_groups="auto"``), chosen on development data
+(``benchmarks/dev_recipe.py --group scattering``, ``benchmarks/results/dev_recipe.md``) with the linear
+``DPMomentumClassifier`` behind the transform: ``J=2`` for images of at least 16 x 16 (Tramer & Boneh's
+setting; on 28 x 28 mnist-dev J=2 beat J=1) and ``J=1`` below (on 8 x 8 digits-dev J=2 leaves 2 x 2
+positions and lost to J=1); groups of three channels for J >= 2 (Tramer & Boneh: 81 channels in 27
+groups) and one channel a group for J = 1 (on digits-dev one group of all 9 channels lost clearly to 3 or 9).
+
 Normalisation: the coefficients' scales differ by orders of magnitude
 between orders and scales, and a DP-SGD model trains badly on them raw.
 Tramer & Boneh either spend budget on DP per-channel means and variances or
@@ -43,18 +50,36 @@ def _scattering_class():
     return ScatteringTorch2D
 
 
+#: The smallest image side for which J="auto" takes two scales (else one).
+AUTO_J2_MIN_SIDE = 16
+
+
+def auto_scales(height, width):
+    """The scales of ``J="auto"``: 2 for images of at least 16 x 16, else 1 (a fixed rule of the shape)."""
+    return 2 if min(height, width) >= AUTO_J2_MIN_SIDE else 1
+
+
+def auto_groups(channels, J):
+    """The channel groups of ``n_groups="auto"``: groups of three channels for ``J >= 2`` where three
+    divide ``channels`` (Tramer & Boneh's 27 of 81), else one channel a group."""
+    return channels // 3 if J >= 2 and channels % 3 == 0 else channels
+
+
 class ScatteringTransform(TransformerMixin, BaseEstimator):
     """2-D wavelet scattering transform (ScatterNet features), normalised per example.
 
     A fixed, data-independent feature map: ``fit`` learns only the image
     shape, so putting it before a DP estimator in a ``Pipeline`` costs no
     privacy. With ``J=2`` and ``L=8`` a 28x28 image gives 81 channels of
-    7x7 (3,969 features), the features of Tramer & Boneh (2021).
+    7x7 (3,969 features), the features of Tramer & Boneh (2021); an 8x8
+    image takes ``J=1``: 9 channels of 4x4 (144 features).
 
     Parameters
     ----------
-    J : int, default=2
-        Number of scales: the output is subsampled by ``2**J``.
+    J : int or "auto", default="auto"
+        Number of scales: the output is subsampled by ``2**J``. "auto": 2
+        for images of at least 16 x 16, else 1 (chosen on development data,
+        see the module's docstring). Read from the image shape only.
     L : int, default=8
         Number of wavelet orientations.
     normalize : {"group", "none"}, default="group"
@@ -62,9 +87,12 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
         each of ``n_groups`` groups of its channels, as a GroupNorm without
         learnt parameters; nothing is computed across rows. "none": raw
         coefficients.
-    n_groups : int, default=27
+    n_groups : int or "auto", default="auto"
         Channel groups of ``normalize="group"`` (must divide the number of
-        channels, 81 for ``J=2, L=8``).
+        channels, ``C * n_channels_``: 81 for ``J=2, L=8`` on grey images).
+        "auto": groups of three channels for ``J >= 2`` (27 for ``J=2,
+        L=8``, Tramer & Boneh's) and one channel a group for ``J=1``; one
+        channel a group also where three do not divide the count.
     image_shape : tuple (H, W) or None, default=None
         Shape of flat input rows; None takes square images.
     batch_size : int, default=512
@@ -76,6 +104,11 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
     ----------
     image_shape_ : tuple (C, H, W)
         Shape of one input image.
+    J_ : int
+        The number of scales used (``J``, or the "auto" rule's choice).
+    n_groups_ : int
+        The channel groups used by ``normalize="group"`` (``n_groups``, or
+        the "auto" rule's choice).
     n_channels_ : int
         Scattering channels per input channel, ``1 + J*L + L**2 * J*(J-1)/2``.
     output_shape_ : tuple
@@ -98,16 +131,16 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "J": [Interval(numbers.Integral, 1, None, closed="left")],
+        "J": [Interval(numbers.Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "L": [Interval(numbers.Integral, 1, None, closed="left")],
         "normalize": [StrOptions({"group", "none"})],
-        "n_groups": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_groups": [Interval(numbers.Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "image_shape": [None, tuple, list],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
     }
 
-    def __init__(self, J=2, L=8, *, normalize="group", n_groups=27, image_shape=None, batch_size=512,
+    def __init__(self, J="auto", L=8, *, normalize="group", n_groups="auto", image_shape=None, batch_size=512,
                  device="cpu"):
         self.J = J
         self.L = L
@@ -149,21 +182,25 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
             shape = (1, side, side)
         self.image_shape_ = as_images(X, shape, type(self).__name__)[0].shape[1:]
         C, H, W = self.image_shape_
-        if min(H, W) < 2 ** self.J:
-            raise ValueError(f"J={self.J} needs images of at least {2 ** self.J}x{2 ** self.J}; "
+        J, L = auto_scales(H, W) if self.J == "auto" else self.J, self.L
+        if min(H, W) < 2 ** J:
+            raise ValueError(f"J={J} needs images of at least {2 ** J}x{2 ** J}; "
                              f"got {H}x{W}. Use a smaller J.")
-        J, L = self.J, self.L
+        self.J_ = J
         self.n_channels_ = 1 + J * L + L * L * J * (J - 1) // 2
-        if self.normalize == "group" and (C * self.n_channels_) % self.n_groups:
-            raise ValueError(f"n_groups={self.n_groups} does not divide the {C * self.n_channels_} scattering "
-                             f"channels of J={J}, L={L}; pick a divisor (e.g. {self.n_channels_ // 3}).")
-        self.output_shape_ = (C * self.n_channels_, H // 2 ** J, W // 2 ** J)
+        channels = C * self.n_channels_
+        self.n_groups_ = auto_groups(channels, J) if self.n_groups == "auto" else self.n_groups
+        if self.normalize == "group" and channels % self.n_groups_:
+            raise ValueError(f"n_groups={self.n_groups} does not divide the {channels} scattering "
+                             f"channels of J={J}, L={L}; pick a divisor (e.g. {auto_groups(channels, J)}) "
+                             'or n_groups="auto".')
+        self.output_shape_ = (channels, H // 2 ** J, W // 2 ** J)
         self._scattering = None
         return self
 
     def _operator(self):
         if getattr(self, "_scattering", None) is None:
-            self._scattering = _scattering_class()(J=self.J, shape=tuple(self.image_shape_[1:]), L=self.L)
+            self._scattering = _scattering_class()(J=self.J_, shape=tuple(self.image_shape_[1:]), L=self.L)
             self._scattering.to(self.device)
         return self._scattering
 
@@ -185,7 +222,7 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
         out = self._operator()(images).reshape(len(images), *self.output_shape_)
         if self.normalize == "group":
             # GroupNorm without affine parameters: statistics of each row's own channel groups.
-            out = torch.nn.functional.group_norm(out, self.n_groups, eps=1e-5)
+            out = torch.nn.functional.group_norm(out, self.n_groups_, eps=1e-5)
         return out.flatten(1)
 
     def transform(self, X):
