@@ -249,6 +249,7 @@ class _DPMomentum(DPSGDEstimator):
         # floats as for a built-in module, int32 to int64: f02); floats for an integer network are refused.
         # Streamed rows are read as float32, as a built-in module's always are.
         if continuing:
+            self._check_plan_unchanged()
             X = self._as_trained_dtype(X, refuse=True)
         self._input_dtype = np.dtype(np.float32) if isinstance(X, RowSource) else np.dtype(X.dtype)
         self.input_shape_ = X.shape[1:]
@@ -527,7 +528,11 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:verbose}
     warm_start : bool, default=False
         True: a new ``fit`` continues training the fitted network (the same
-        ``classes_``); its spend adds to the accountant and the ledger.
+        ``classes_``); its spend adds to the accountant and the ledger. The
+        network keeps the privacy plan and ledger it was built with: a
+        continuation after ``set_params`` changed ``epsilon``, ``delta``,
+        ``max_grad_norm``, ``noise_multiplier``, ``accounting`` or ``ledger``
+        is refused before any charge.
     {dp:random_state}
     {dp:kwargs}
 
@@ -632,7 +637,9 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
         """One more epoch on ``(X, y)``, charged to the accountant and the ledger.
 
         The first call fits (``classes`` or the ``classes`` parameter gives the
-        label set); later calls continue the same network.
+        label set); later calls continue the same network, under the privacy
+        plan and ledger it was built with (changed by ``set_params`` since,
+        they are refused before any charge).
 
         Parameters
         ----------
@@ -781,7 +788,9 @@ class DPMomentumRegressor(RegressorMixin, _DPMomentum):
     {dp:verbose}
     warm_start : bool, default=False
         True: a new ``fit`` continues training the fitted network; its spend
-        adds to the accountant and the ledger.
+        adds to the accountant and the ledger. As for the classifier, a
+        continuation after ``set_params`` changed a privacy parameter or the
+        ledger is refused before any charge.
     {dp:random_state}
     {dp:kwargs}
 
