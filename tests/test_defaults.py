@@ -155,8 +155,12 @@ def test_scattering_auto_scales_and_groups_read_the_image_shape_only():
     small = ScatteringTransform(image_shape=(8, 8)).fit(rng.random((2, 64)))
     assert (small.J_, small.n_channels_, small.n_groups_, small.output_shape_) == (1, 9, 9, (9, 4, 4))
     assert small.J == "auto" and small.n_groups == "auto"  # the parameters stay as given
-    F = small.transform(rng.random((3, 64)))
+    X = rng.random((3, 64))
+    F = small.transform(X)
     np.testing.assert_allclose(F.reshape(3, 9, 16).mean(-1), 0, atol=1e-4)  # one channel a group
+    outlier = np.vstack([X, 1e4 * np.ones((1, 64)), rng.normal(0, 1e3, (5, 64))])
+    np.testing.assert_allclose(small.transform(outlier)[:3], F, rtol=1e-5, atol=1e-6)  # no row sees another
+    np.testing.assert_allclose(small.transform(X[1:2]), F[1:2], rtol=1e-5, atol=1e-6)
     large = ScatteringTransform().fit(rng.random((1, 28 * 28)))
     assert (large.J_, large.n_groups_) == (2, 27)  # Tramer & Boneh's setting
     colour = ScatteringTransform(image_shape=(3, 16, 16)).fit(rng.random((1, 3 * 256)))

@@ -40,7 +40,7 @@ from sklearn.preprocessing import StandardScaler
 from skdp import (BudgetLedger, DFSRelease, DPFisherClassifier, DPMomentumClassifier, PGEGenerator,
                   PrivacyLeakWarning, PrivateSearchCV, insecure_noise_seed)
 from skdp._public import public_objects
-from skdp.preprocessing import RowFunctionTransformer
+from skdp.preprocessing import RowFunctionTransformer, ScatteringTransform
 from skdp.privacy import non_private_steps
 from skdp.utils import taps
 
@@ -144,6 +144,9 @@ def _cases():
         "momentum-cnn-images": lambda: DPMomentumClassifier(image_shape=(16, 16), epsilon=2.0, classes=CLASSES,
                                                             max_epochs=1, batch_size=8, lr=0.1, random_state=0,
                                                             module__channels=(4, 4)),
+        # ScatteringTransform's one-scale branch (J="auto" takes it under 16 x 16; review_s37 k07) before DP-SGD.
+        "pipeline-scattering-momentum": lambda: make_pipeline(ScatteringTransform(J=1, image_shape=(16, 16)),
+                                                              _small(DPMomentumClassifier)),
         "pipeline-scaler-fisher": lambda: make_pipeline(StandardScaler(), _small(DPFisherClassifier)),
         "pipeline-dfs-fisher": lambda: make_pipeline(_small(DFSRelease), _small(DPFisherClassifier)),
         "gridsearch-ledger": lambda: GridSearchCV(_small(DPFisherClassifier, ledger=BudgetLedger()),
@@ -286,7 +289,7 @@ def _fit(est, X, y):
 
 def _data_for(est):
     params = est.get_params()
-    images = any(name in params for name in ("factor", "J", "scale")) and "generator" not in params
+    images = any(name.rpartition("__")[2] in ("factor", "J", "scale") for name in params) and "generator" not in params
     return _images() if images or params.get("image_shape") is not None else _table()
 
 

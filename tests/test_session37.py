@@ -47,3 +47,53 @@ def test_a_continuation_with_the_same_privacy_parameters_still_runs():
         warnings.simplefilter("ignore")
         est.partial_fit(X, y)
     assert len(ledger.entries) == 2 and est.privacy_certified_
+
+
+@pytest.mark.parametrize("new_classes", [[0, 1], [0, 1, 2]])
+@pytest.mark.parametrize("refused_first", [False, True])
+def test_a_warm_fit_keeps_the_note_of_a_label_set_read_from_the_data(new_classes, refused_first):
+    # review_s37 k01: fit with classes=None (uncertified: "classes read from the private data"), then
+    # set_params(classes=...) as the PrivacyLeakWarning advises and a warm fit: the warm branch rewrote the note from
+    # the current parameter and certified a network whose label set (and output layer) was read from y. A warm fit
+    # refused by the plan check had rewritten it too, so the next partial_fit certified.
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (80, 4)).astype(np.float32)
+    y = np.arange(80) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = DPMomentumClassifier(epsilon=1.0, max_epochs=1, bounds=(-1, 1), warm_start=True).fit(X, y)
+        assert not est.privacy_certified_  # classes_ read from y
+        est.set_params(classes=new_classes)
+        if refused_first:
+            est.set_params(epsilon=2.0)
+            with pytest.raises(ValueError, match="epsilon changed"):
+                est.fit(X, y)
+            est.set_params(epsilon=1.0)
+            est.partial_fit(X, y)
+        else:
+            est.fit(X, y)
+    assert list(est.classes_) == [0, 1]  # the label set the network was built on, read from the data
+    assert not est.privacy_certified_ and "classes read from the private data" in est.privacy_notes_
+
+
+@pytest.mark.parametrize("how", ["partial_fit", "warm fit"])
+def test_continuing_a_private_search_winner_is_refused_before_any_charge(how):
+    # review_s37 k02: PrivateSearchCV charges its ledger once with the whole search and gives the trials ledger=None;
+    # best_estimator_.partial_fit then charged no ledger, and the winner's epsilon_ fell from the search's (the
+    # selection's cost included) to its own DP-SGD spend, still certified. Refused by name, nothing charged.
+    from skdp import PrivateSearchCV
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (200, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search = PrivateSearchCV(DPMomentumClassifier(classes=[0, 1], bounds=(-1, 1), max_epochs=1, warm_start=True),
+                                 {"lr": [0.1, 0.5]}, epsilon=2.0, ledger=ledger, random_state=0).fit(X, y)
+    best = search.best_estimator_
+    spent, steps, entries = best.epsilon_, best.n_steps_, len(ledger.entries)
+    with pytest.raises(ValueError, match="PrivateSearchCV"):
+        best.partial_fit(X, y) if how == "partial_fit" else best.fit(X, y)
+    assert (best.epsilon_, best.n_steps_, len(ledger.entries)) == (spent, steps, entries)
+    assert best.epsilon_ == search.epsilon_ and best.privacy_certified_

@@ -793,6 +793,9 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             # whole search, not its trial's epsilon. Its report is the search's (it holds nothing more).
             for name in ("epsilon_", "delta_", "privacy_certified_", "privacy_notes_", "privacy_cost_"):
                 setattr(winner, name, getattr(self, name))
+            # Its network holds only its trial's accountant and no ledger: a continuation is refused (review_s37 k02;
+            # ends in "_": a fresh fit of the winner drops it with the rest of the fitted state).
+            winner._released_by_search_ = type(self).__name__
         if self.return_curator_results:
             notes.append("curator_results_ holds the secret number of trials and every trial's exact validation "
                          "accuracy (return_curator_results=True): NOT private; best_estimator_ alone is covered")

@@ -229,6 +229,9 @@ def fill_dp_docs(cls):
     return cls
 
 
+_MISSING = object()  # a network without the argument (an older pickle): a continuation is refused
+
+
 class DPSGDEstimator(BaseEstimator):
     """Base class of the DP-SGD estimators (not used directly).
 
@@ -344,20 +347,31 @@ class DPSGDEstimator(BaseEstimator):
     #: refused by name before any charge (review_s36 n1: a new ledger stayed empty while the old one was charged).
     _PLAN_ARGUMENTS = ("epsilon", "delta", "max_grad_norm", "noise_multiplier", "accounting", "ledger")
 
-    def _check_plan_unchanged(self):
-        """Raise if a privacy argument of the continuation's network differs from the estimator's own now."""
+    def _check_continuation(self):
+        """Raise, before any charge, if this fitted estimator may not be trained further: it is a private search's
+        release (k02), or a privacy argument of its network differs from the estimator's own now (n1)."""
+        search = getattr(self, "_released_by_search_", None)
+        if search is not None:
+            # The winner's release costs the whole search (charged once to the search's ledger); its own accountant
+            # holds only its trial's DP-SGD, and its network charges no ledger (review_s37 k02).
+            raise ValueError(
+                f"This estimator is {search}'s best_estimator_: releasing it cost the whole search (epsilon "
+                f"{self.epsilon_:.4g}), charged once to the search's ledger, and its own accountant holds only its "
+                "trial. A continuation would charge no ledger and report less than the search's cost. Fit a fresh "
+                "estimator with best_params_ (charged on its own), or run the search again.")
+
         def same(a, b):  # a ledger (or any object) by identity, numbers and strings by value
             return a is b or (isinstance(a, (numbers.Number, str)) and isinstance(b, (numbers.Number, str))
                               and a == b)
         changed = [name for name in self._PLAN_ARGUMENTS
-                   if hasattr(self, name) and hasattr(self.net_, name) and not same(getattr(self, name),
-                                                                                     getattr(self.net_, name))]
+                   if hasattr(self, name) and not same(getattr(self, name), getattr(self.net_, name, _MISSING))]
         if changed:
-            was = ", ".join(f"{name}={getattr(self.net_, name)!r}" for name in changed)
+            was = ", ".join(f"{name}={getattr(self.net_, name, '(not recorded)')!r}" for name in changed)
             raise ValueError(
                 f"{', '.join(changed)} changed since the fit (set_params): a continuation trains the fitted network "
-                f"under the plan and ledger it was built with ({was}). Set them back to continue, or fit afresh "
-                "(warm_start=False) to train under the new ones.")
+                f"under the plan and ledger it was built with ({was}). Set them back to continue (a ledger is "
+                "the same object, est.net_.ledger, not one equal to it), or fit afresh (warm_start=False) to train "
+                "under the new ones.")
 
     def _dp_net_kwargs(self, **overrides):
         """Arguments every ``DPNet`` of this estimator gets (privacy, training, identity), then ``overrides``."""

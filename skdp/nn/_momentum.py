@@ -249,7 +249,7 @@ class _DPMomentum(DPSGDEstimator):
         # floats as for a built-in module, int32 to int64: f02); floats for an integer network are refused.
         # Streamed rows are read as float32, as a built-in module's always are.
         if continuing:
-            self._check_plan_unchanged()
+            self._check_continuation()
             X = self._as_trained_dtype(X, refuse=True)
         self._input_dtype = np.dtype(np.float32) if isinstance(X, RowSource) else np.dtype(X.dtype)
         self.input_shape_ = X.shape[1:]
@@ -528,7 +528,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
     {dp:verbose}
     warm_start : bool, default=False
         True: a new ``fit`` continues training the fitted network (the same
-        ``classes_``); its spend adds to the accountant and the ledger. The
+        ``classes_``, whatever ``classes`` says now: a label set read from
+        the data stays so noted); its spend adds to the accountant and the ledger. The
         network keeps the privacy plan and ledger it was built with: a
         continuation after ``set_params`` changed ``epsilon``, ``delta``,
         ``max_grad_norm``, ``noise_multiplier``, ``accounting`` or ``ledger``
@@ -630,7 +631,8 @@ class DPMomentumClassifier(ClassifierMixin, _DPMomentum):
             X, y = self._validate_Xy(X, y, reset=not continuing, multi_output=False, y_numeric=False)
             self.classes_, y_enc = encode_labels(self.classes_ if continuing else self.classes, y,
                                                  type(self).__name__)
-            self._read_from_data = ["classes"] if self.classes is None else []
+            if not continuing:  # a continuation keeps the network's label set, and where it came from (k01)
+                self._read_from_data = ["classes"] if self.classes is None else []
             return self._fit(X, y_enc, len(self.classes_), self._read_from_data, continuing)
 
     def partial_fit(self, X, y=None, classes=None):
