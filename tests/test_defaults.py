@@ -171,6 +171,25 @@ def test_scattering_auto_scales_and_groups_read_the_image_shape_only():
         ScatteringTransform(n_groups=4, image_shape=(8, 8)).fit(rng.random((1, 64)))
 
 
+def test_scattering_keeps_its_fitted_operator_and_checks_the_row_width():
+    # review_s37 k08: set_params(L=3) without a refit: the cached operator gave the old features, a pickled copy
+    # (operator rebuilt from self.L) crashed. k09: torch_transform merged rows of another width into images.
+    import torch
+
+    rng = np.random.default_rng(0)
+    X = rng.random((3, 64))
+    st = ScatteringTransform(image_shape=(8, 8)).fit(X)
+    F = st.transform(X)
+    st.set_params(L=3)
+    np.testing.assert_array_equal(st.transform(X), F)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(st)).transform(X), F)
+    assert st.L_ == 8
+    with pytest.raises(ValueError, match=r"rows of shape \(4, 32\)"):
+        st.torch_transform(torch.zeros((2, 4, 32)))
+    for rows in ((2, 1, 8, 8), (2, 8, 8), (2, 64)):
+        assert st.torch_transform(torch.zeros(rows)).shape == (2, 144)
+
+
 def test_scattering_then_classifier_in_a_pipeline(digits):
     from sklearn.pipeline import make_pipeline
 

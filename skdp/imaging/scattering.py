@@ -106,6 +106,8 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
         Shape of one input image.
     J_ : int
         The number of scales used (``J``, or the "auto" rule's choice).
+    L_ : int
+        The number of orientations used (``L`` at fit).
     n_groups_ : int
         The channel groups used by ``normalize="group"`` (``n_groups``, or
         the "auto" rule's choice).
@@ -186,7 +188,7 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
         if min(H, W) < 2 ** J:
             raise ValueError(f"J={J} needs images of at least {2 ** J}x{2 ** J}; "
                              f"got {H}x{W}. Use a smaller J.")
-        self.J_ = J
+        self.J_, self.L_ = J, L  # what transform uses, whatever set_params changes later (review_s37 k08)
         self.n_channels_ = 1 + J * L + L * L * J * (J - 1) // 2
         channels = C * self.n_channels_
         self.n_groups_ = auto_groups(channels, J) if self.n_groups == "auto" else self.n_groups
@@ -200,7 +202,7 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
 
     def _operator(self):
         if getattr(self, "_scattering", None) is None:
-            self._scattering = _scattering_class()(J=self.J_, shape=tuple(self.image_shape_[1:]), L=self.L)
+            self._scattering = _scattering_class()(J=self.J_, shape=tuple(self.image_shape_[1:]), L=self.L_)
             self._scattering.to(self.device)
         return self._scattering
 
@@ -209,8 +211,9 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        x : torch.Tensor of shape (n, C*H*W) or (n, C, H, W)
-            Float32 images of ``image_shape_``, on ``device``.
+        x : torch.Tensor of shape (n, C*H*W) or (n, C, H, W) (or (n, H, W) for grey images)
+            Float32 images of ``image_shape_``, on ``device``; rows of another
+            shape raise ``ValueError``.
 
         Returns
         -------
@@ -218,7 +221,12 @@ class ScatteringTransform(TransformerMixin, BaseEstimator):
             The (normalised) scattering coefficients, one flat row per image.
         """
         check_is_fitted(self)
-        images = x.reshape((-1,) + tuple(self.image_shape_))
+        shape = tuple(self.image_shape_)
+        accepted = (shape, (int(np.prod(shape)),)) + ((shape[1:],) if shape[0] == 1 else ())
+        if tuple(x.shape[1:]) not in accepted:  # never merge rows into images (review_s37 k09)
+            raise ValueError(f"ScatteringTransform: rows of shape {tuple(x.shape[1:])}, but the fitted images are "
+                             f"{shape} (or flat rows of {int(np.prod(shape))}).")
+        images = x.reshape((-1,) + shape)
         out = self._operator()(images).reshape(len(images), *self.output_shape_)
         if self.normalize == "group":
             # GroupNorm without affine parameters: statistics of each row's own channel groups.
