@@ -39,6 +39,16 @@ def test_a_continuation_refuses_privacy_parameters_changed_since_the_fit(estimat
     assert est.get_params()[change] is new  # the parameter stays as the user set it
 
 
+def test_a_network_that_does_not_record_its_plan_refuses_a_continuation():
+    # second read: a network without a plan argument (an older pickle) was refused as "changed since the fit".
+    est, X, y = _fitted(DPMomentumClassifier, warm_start=True)
+    del est.net_.accounting
+    spent = est.epsilon_
+    with pytest.raises(ValueError, match="does not record its accounting"):
+        est.fit(X, y)
+    assert est.epsilon_ == spent
+
+
 def test_a_continuation_with_the_same_privacy_parameters_still_runs():
     ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
     est, X, y = _fitted(DPMomentumClassifier, ledger=ledger)
@@ -97,3 +107,82 @@ def test_continuing_a_private_search_winner_is_refused_before_any_charge(how):
         best.partial_fit(X, y) if how == "partial_fit" else best.fit(X, y)
     assert (best.epsilon_, best.n_steps_, len(ledger.entries)) == (spent, steps, entries)
     assert best.epsilon_ == search.epsilon_ and best.privacy_certified_
+
+
+# -- second read (review_s37 k10-k12) ------------------------------------------------------------------------------
+def _warm(**kw):
+    return DPMomentumClassifier(classes=[0, 1], bounds=(-1, 1), max_epochs=1, warm_start=True, **kw)
+
+
+def _xy():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (200, 4)).astype(np.float32)
+    return X, (X[:, 0] > 0).astype(int)
+
+
+@pytest.mark.parametrize("tap", ["noise_off", "scaled_noise"])
+def test_a_continuation_keeps_the_notes_of_the_fits_it_continues(tap):
+    # k10: a fit inside taps.noise_off() (or scaled_noise) is uncertified; a partial_fit outside the tap rebuilt the
+    # notes from its own call and reported the model certified, though its first lots had no (or a tenth of the) noise.
+    from skdp.utils import taps
+
+    X, y = _xy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with taps.noise_off() if tap == "noise_off" else taps.scaled_noise(0.1):
+            est = _warm(epsilon=1.0).fit(X, y)
+        assert not est.privacy_certified_
+        est.partial_fit(X, y)
+    assert not est.privacy_certified_ and any("audit tap" in n for n in est.privacy_notes_)
+
+
+@pytest.mark.parametrize("where", ["search", "step"])
+def test_a_fresh_fit_of_a_search_winner_charges_the_ledger_the_search_charged(where):
+    # k11: the search runs its trials with ledger=None and the winner kept it: clone(best_estimator_).fit (what the
+    # k02 refusal suggests), GridSearchCV(best) or a fresh fit retrained on the private data and charged nothing.
+    from sklearn.base import clone
+
+    from skdp import PrivateSearchCV
+
+    X, y = _xy()
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        search = PrivateSearchCV(_warm(ledger=ledger if where == "step" else None), {"lr": [0.1, 0.5]}, epsilon=2.0,
+                                 ledger=ledger if where == "search" else None, random_state=0).fit(X, y)
+        assert search.best_estimator_.ledger is ledger
+        entries = len(ledger.entries)
+        clone(search.best_estimator_).fit(X, y)
+    assert len(ledger.entries) == entries + 1
+
+
+def test_a_warm_pipeline_whose_dp_step_continues_after_a_refit_dp_step_is_not_certified():
+    # k12: the quantile scaler is refit (0.5 again) on each warm pipe.fit while the network continues from weights
+    # trained on the earlier scalers' outputs: privacy_spent counted only the last scaler and certified the sum.
+    from sklearn.pipeline import make_pipeline
+
+    from skdp.exceptions import PrivacyLeakWarning
+    from skdp.preprocessing import DPQuantileScaler
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = make_pipeline(DPQuantileScaler(epsilon=0.5, domain=(-2, 2), ledger=ledger), _warm(ledger=ledger))
+        pipe.fit(X, y)
+        assert privacy_spent(pipe)[2]  # one fit of each: certified
+        pipe.fit(X, y)
+    with pytest.warns(PrivacyLeakWarning, match="continued"):
+        eps, _, certified = privacy_spent(pipe)
+    assert not certified
+    # k12b: a warm refit whose DP step refuses (its plan changed) has refit and charged the scaler all the same
+    fresh = make_pipeline(DPQuantileScaler(epsilon=0.5, domain=(-2, 2), ledger=ledger), _warm(ledger=ledger))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh.fit(X, y)
+        fresh.set_params(dpmomentumclassifier__epsilon=2.0)
+        with pytest.raises(ValueError, match="changed since the fit"):
+            fresh.fit(X, y)
+    with pytest.warns(PrivacyLeakWarning, match="continued"):
+        assert not privacy_spent(fresh)[2]

@@ -796,6 +796,10 @@ class PrivateSearchCV(MetaEstimatorMixin, BaseEstimator):
             # Its network holds only its trial's accountant and no ledger: a continuation is refused (review_s37 k02;
             # ends in "_": a fresh fit of the winner drops it with the rest of the fitted state).
             winner._released_by_search_ = type(self).__name__
+            if ledger is not None and "ledger" in winner.get_params(deep=False):
+                # The trials ran with ledger=None (the search charged the total); the released estimator holds the
+                # ledger the search charged, so a fresh fit of it or of its clone is charged there (review_s37 k11).
+                winner.set_params(ledger=ledger)
         if self.return_curator_results:
             notes.append("curator_results_ holds the secret number of trials and every trial's exact validation "
                          "accuracy (return_curator_results=True): NOT private; best_estimator_ alone is covered")

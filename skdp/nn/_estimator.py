@@ -229,9 +229,6 @@ def fill_dp_docs(cls):
     return cls
 
 
-_MISSING = object()  # a network without the argument (an older pickle): a continuation is refused
-
-
 class DPSGDEstimator(BaseEstimator):
     """Base class of the DP-SGD estimators (not used directly).
 
@@ -363,10 +360,15 @@ class DPSGDEstimator(BaseEstimator):
         def same(a, b):  # a ledger (or any object) by identity, numbers and strings by value
             return a is b or (isinstance(a, (numbers.Number, str)) and isinstance(b, (numbers.Number, str))
                               and a == b)
+        unrecorded = [name for name in self._PLAN_ARGUMENTS if hasattr(self, name) and not hasattr(self.net_, name)]
+        if unrecorded:
+            raise ValueError(f"The fitted network does not record its {', '.join(unrecorded)} (a pickle from an older "
+                             "skdp?): a continuation cannot show that it runs under the plan it was built with. Fit "
+                             "afresh (warm_start=False).")
         changed = [name for name in self._PLAN_ARGUMENTS
-                   if hasattr(self, name) and not same(getattr(self, name), getattr(self.net_, name, _MISSING))]
+                   if hasattr(self, name) and not same(getattr(self, name), getattr(self.net_, name))]
         if changed:
-            was = ", ".join(f"{name}={getattr(self.net_, name, '(not recorded)')!r}" for name in changed)
+            was = ", ".join(f"{name}={getattr(self.net_, name)!r}" for name in changed)
             raise ValueError(
                 f"{', '.join(changed)} changed since the fit (set_params): a continuation trains the fitted network "
                 f"under the plan and ledger it was built with ({was}). Set them back to continue (a ledger is "
@@ -395,8 +397,9 @@ class DPSGDEstimator(BaseEstimator):
         if certified is True and any(note == INTERRUPTED for note in getattr(net, "privacy_notes_", ())):
             # skorch returns from an interrupted fit: the lots taken are counted, the module is not certified.
             certified = INTERRUPTED + " (the lots it took are counted in epsilon_)"
+        # A continuation keeps the notes of the fits it continues (a fresh fit dropped them at its start: k10).
         set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data,
-                               cost=cost)
+                               cost=cost, earlier_notes=getattr(self, "privacy_notes_", ()))
 
     # -- planning ----------------------------------------------------------------------------
     def _plan(self, n_samples):

@@ -249,6 +249,9 @@ class _DPMomentum(DPSGDEstimator):
         # floats as for a built-in module, int32 to int64: f02); floats for an integer network are refused.
         # Streamed rows are read as float32, as a built-in module's always are.
         if continuing:
+            # Set before any refusal: a warm Pipeline has refit the steps before this one either way, and the network
+            # was trained on their earlier releases; privacy_spent of a Pipeline reads it (k12). A fresh fit drops it.
+            self._continued_ = True
             self._check_continuation()
             X = self._as_trained_dtype(X, refuse=True)
         self._input_dtype = np.dtype(np.float32) if isinstance(X, RowSource) else np.dtype(X.dtype)

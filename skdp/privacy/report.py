@@ -24,7 +24,7 @@ from ..utils.steps import nested_estimators
 
 
 def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
-                           read_from_data: Iterable[str] = (), cost=None):
+                           read_from_data: Iterable[str] = (), cost=None, earlier_notes: Iterable[str] = ()):
     """Set ``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_`` and ``privacy_cost_``.
 
     The one place where an estimator's privacy report is decided, so that the
@@ -53,6 +53,11 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         The spend with its adjacency and RDP curve
         (:class:`~skdp.privacy.composition.Spend`); None: known only as
         ``(epsilon, delta)`` under add/remove adjacency.
+    earlier_notes : iterable of str, default=()
+        The ``privacy_notes_`` of the fits this one continues (a
+        ``partial_fit`` or ``warm_start`` fit): kept, so that a model stays
+        uncertified once a fit it continues was (an audit tap that removed
+        the noise of its first lots, a label set read from the data).
 
     Returns
     -------
@@ -83,6 +88,7 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         notes.append("noise seeded by insecure_noise_seed")
     if taps.noise_removed():
         notes.append("noise removed by an audit tap (not private)")
+    notes += [note for note in earlier_notes if note not in notes]
     estimator.epsilon_ = epsilon
     estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
     estimator.privacy_certified_ = not notes
@@ -202,10 +208,27 @@ def _spent(estimator):
 
         return search_costs(estimator), False
     spends, certified = [], True
-    for _, step in _children(estimator) or ():
+    upstream = None  # in a Pipeline: the first earlier step that spent
+    for name, step in _children(estimator) or ():
         s, c = _spent(step)
+        if upstream is not None and _continued(step):
+            # The continued network was trained on what the upstream step released at each earlier fit (a warm
+            # Pipeline refits it every time); only its last release is counted here (review_s37 k12).
+            warn_privacy(f"The composition is NOT certified: step {name!r} was fitted again and continued (warm_start "
+                         f"or partial_fit) after step {upstream!r}, which spends privacy; its network was trained on "
+                         f"{upstream!r}'s earlier releases too, which are not counted here (the ledger holds every "
+                         "charge). Fit the Pipeline afresh (warm_start=False) to certify it.")
+            c = False
         spends, certified = spends + s, certified and c
+        if s and upstream is None and type(estimator).__name__ == "Pipeline":
+            upstream = name
     return spends, certified
+
+
+def _continued(step):
+    """Whether ``step`` holds a DP-SGD network fitted again as a continuation (``partial_fit`` or a warm fit,
+    carried out or refused: a warm Pipeline refits the steps before it either way)."""
+    return any(getattr(e, "_continued_", False) for e in nested_estimators(step))
 
 
 def dp_steps(estimator):
