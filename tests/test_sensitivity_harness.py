@@ -162,8 +162,9 @@ def _cases():
 
 
 # ---- what a fitted estimator holds --------------------------------------------------------------------
-#: Timings (they differ between any two fits), and the shared ledger (its own test is the charge).
-_SKIP = {"dur", "epoch_start_time_", "images_per_second_", "ledger", "_lock", "refit_time_",
+#: Timings and release stamps (they differ between any two fits), and the shared ledger (its own test is the charge).
+_SKIP = {"dur", "epoch_start_time_", "images_per_second_", "ledger", "_lock", "refit_time_", "_released_at_",
+         "_trained_since_",
          "mean_fit_time", "std_fit_time", "mean_score_time", "std_score_time"}
 _ATOMS = (bool, int, float, complex, str, bytes, type(None))
 _NAMED = (type, types.BuiltinFunctionType, types.ModuleType, np.ufunc)  # pickled by reference: compared by name

@@ -186,3 +186,114 @@ def test_a_warm_pipeline_whose_dp_step_continues_after_a_refit_dp_step_is_not_ce
             fresh.fit(X, y)
     with pytest.warns(PrivacyLeakWarning, match="continued"):
         assert not privacy_spent(fresh)[2]
+
+
+# -- third read (review_s37 k13-k17) -------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["pge classes", "pge tap", "pge mechanism", "srgan public"])
+def test_a_fresh_refit_keeps_no_note_of_the_fit_it_replaces(case):
+    # k13: the k10 fix carried the notes on every fit; PGEGenerator and SRGANTransformer fit afresh each time (they
+    # keep their fitted state until overwritten), so a certified refit still carried the replaced fit's notes.
+    from skdp.generative import PGEGenerator
+    from skdp.superres import SRGANTransformer
+    from skdp.utils import taps
+
+    X, y = _xy()
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if case.startswith("pge"):
+            est = PGEGenerator(max_epochs=1, hidden_size=8, n_levels=2, bounds=(-1, 1), epsilon=1.0,
+                               classes=None if case == "pge classes" else [0, 1],
+                               mechanism="randomized_response" if case == "pge mechanism" else "dpsgd")
+            with taps.noise_off() if case == "pge tap" else warnings.catch_warnings():
+                est.fit(X, y)
+            assert not est.privacy_certified_
+            est.set_params(classes=[0, 1], mechanism="dpsgd").fit(X, y)
+        else:
+            images = rng.uniform(0, 1, (16, 4, 4)).astype(np.float32)
+            est = SRGANTransformer(scale=2, n_filters=4, discriminator_filters=4, n_residual_blocks=1,
+                                   pretrain_epochs=1, gan_epochs=0, random_state=0).fit(images)
+            est.set_params(epsilon=1.0, delta=1e-3, norm="group").fit(images)
+    assert est.privacy_certified_ and est.privacy_notes_ == ()
+
+
+@pytest.mark.parametrize("at", [1, 2])
+def test_a_completed_continuation_after_an_interrupted_fit_is_certified_as_its_network_is(at):
+    # k14: the interruption's note was carried forever; the network re-certifies a continuation that completes
+    # (review_s33 f08), and the note is re-derived from it on every call.
+    from skorch.callbacks import Callback
+
+    class CtrlC(Callback):
+        def __init__(self, at):
+            self.at, self.n = at, 0
+
+        def on_train_begin(self, net, **kw):
+            self.n += 1
+
+        def on_batch_begin(self, net, **kw):
+            if self.n == self.at:
+                raise KeyboardInterrupt
+
+    X, y = _xy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = _warm(callbacks=[CtrlC(at)]).fit(X, y)
+        if at == 2:
+            est.partial_fit(X, y)  # interrupted
+        assert not est.privacy_certified_
+        est.partial_fit(X, y)  # completes
+    assert est.net_.privacy_certified_ and est.privacy_certified_
+
+
+def _scaled_pipe(ledger):
+    from sklearn.pipeline import make_pipeline
+
+    from skdp.preprocessing import DPQuantileScaler
+
+    return make_pipeline(DPQuantileScaler(epsilon=0.5, domain=(-2, 2), ledger=ledger), _warm(ledger=ledger))
+
+
+@pytest.mark.parametrize("refusal", ["label", "sample_weight", "columns"])
+def test_a_warm_pipeline_refused_before_the_dp_step_plans_is_not_certified(refusal):
+    # k15: the warm Pipeline refits (and charges) the scaler, then the DP step refuses before _fit ran (a label outside
+    # classes_, sample_weight, other columns): no marker was set, and the old network was certified beside the new
+    # scaler. k17: refitting the first step by hand is the same.
+    from skdp.exceptions import PrivacyLeakWarning
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    ledger = BudgetLedger(epsilon=100.0, delta=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = _scaled_pipe(ledger)
+        pipe.fit(X, y)
+        entries = len(ledger.entries)
+        with pytest.raises(ValueError):
+            if refusal == "label":
+                pipe.fit(X, np.where(y == 1, 2, 0))
+            elif refusal == "sample_weight":
+                pipe.fit(X, y, dpmomentumclassifier__sample_weight=np.ones(len(y)))
+            else:
+                pipe.fit(X[:, :3], y)
+        assert len(ledger.entries) >= entries + (refusal != "columns")  # the scaler was refit and charged
+    with pytest.warns(PrivacyLeakWarning, match="fitted again"):
+        assert not privacy_spent(pipe)[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        manual = _scaled_pipe(ledger).fit(X, y)
+        manual[0].fit(X)  # k17: the first step refit by hand, the network trained on its earlier release
+    with pytest.warns(PrivacyLeakWarning, match="fitted again"):
+        assert not privacy_spent(manual)[2]
+
+
+def test_a_dp_step_continued_on_the_same_upstream_release_stays_certified():
+    # k16 (a false positive of the k12 marker): the scaler fitted once, the network continued on its one release.
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = _scaled_pipe(BudgetLedger(epsilon=100.0, delta=1e-2)).fit(X, y)
+        pipe[-1].partial_fit(pipe[:-1].transform(X), y)
+        eps, _, certified = privacy_spent(pipe)
+    assert certified and eps >= 0.5 + pipe[-1].epsilon_ - 1e-9

@@ -382,8 +382,10 @@ class DPSGDEstimator(BaseEstimator):
         kwargs.update(overrides)
         return kwargs
 
-    def _set_fit_results(self, net, *, extra_epsilon=0.0, read_from_data=(), certified=True, private=True):
-        """Read the fit's privacy results from ``net`` (one place for every DP-SGD estimator)."""
+    def _set_fit_results(self, net, *, extra_epsilon=0.0, read_from_data=(), certified=True, private=True,
+                         continued=False):
+        """Read the fit's privacy results from ``net`` (one place for every DP-SGD estimator); ``continued``: the fit
+        continues the previous ones (their notes are kept: k10)."""
         self.noise_multiplier_ = net.noise_multiplier_
         self.sample_rate_ = net.sample_rate_
         self.n_steps_ = net.accountant_.n_steps
@@ -397,9 +399,8 @@ class DPSGDEstimator(BaseEstimator):
         if certified is True and any(note == INTERRUPTED for note in getattr(net, "privacy_notes_", ())):
             # skorch returns from an interrupted fit: the lots taken are counted, the module is not certified.
             certified = INTERRUPTED + " (the lots it took are counted in epsilon_)"
-        # A continuation keeps the notes of the fits it continues (a fresh fit dropped them at its start: k10).
         set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data,
-                               cost=cost, earlier_notes=getattr(self, "privacy_notes_", ()))
+                               cost=cost, continued=continued)
 
     # -- planning ----------------------------------------------------------------------------
     def _plan(self, n_samples):

@@ -249,9 +249,6 @@ class _DPMomentum(DPSGDEstimator):
         # floats as for a built-in module, int32 to int64: f02); floats for an integer network are refused.
         # Streamed rows are read as float32, as a built-in module's always are.
         if continuing:
-            # Set before any refusal: a warm Pipeline has refit the steps before this one either way, and the network
-            # was trained on their earlier releases; privacy_spent of a Pipeline reads it (k12). A fresh fit drops it.
-            self._continued_ = True
             self._check_continuation()
             X = self._as_trained_dtype(X, refuse=True)
         self._input_dtype = np.dtype(np.float32) if isinstance(X, RowSource) else np.dtype(X.dtype)
@@ -288,9 +285,9 @@ class _DPMomentum(DPSGDEstimator):
             # keeps nothing (dropped by _fresh_fit_unfitted_on_error), so no earlier fit's certificate stands beside
             # a network it does not describe.
             if continuing:
-                self._set_fit_results(self.net_, read_from_data=read_from_data)
+                self._set_fit_results(self.net_, read_from_data=read_from_data, continued=True)
             raise
-        self._set_fit_results(self.net_, read_from_data=read_from_data)
+        self._set_fit_results(self.net_, read_from_data=read_from_data, continued=continuing)
         return self
 
     def _input_bounds(self, X):

@@ -15,6 +15,7 @@ After ``fit`` every skdp estimator that touches private data reports
   mechanism has one, its RDP curve: what compositions add up.
 """
 import math
+import time
 from typing import Iterable
 
 from ..exceptions import warn_privacy
@@ -23,8 +24,18 @@ from .composition import Spend, compose
 from ..utils.steps import nested_estimators
 
 
+_LAST_STAMP = [0]
+
+
+def _next_stamp():
+    """A strictly increasing stamp of this process, close to the wall clock in ns (comparable across the processes
+    of one machine): the order in which the steps of a composition released what they did."""
+    _LAST_STAMP[0] = max(time.time_ns(), _LAST_STAMP[0] + 1)
+    return _LAST_STAMP[0]
+
+
 def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
-                           read_from_data: Iterable[str] = (), cost=None, earlier_notes: Iterable[str] = ()):
+                           read_from_data: Iterable[str] = (), cost=None, continued: bool = False):
     """Set ``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_`` and ``privacy_cost_``.
 
     The one place where an estimator's privacy report is decided, so that the
@@ -53,11 +64,16 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         The spend with its adjacency and RDP curve
         (:class:`~skdp.privacy.composition.Spend`); None: known only as
         ``(epsilon, delta)`` under add/remove adjacency.
-    earlier_notes : iterable of str, default=()
-        The ``privacy_notes_`` of the fits this one continues (a
-        ``partial_fit`` or ``warm_start`` fit): kept, so that a model stays
-        uncertified once a fit it continues was (an audit tap that removed
-        the noise of its first lots, a label set read from the data).
+    continued : bool, default=False
+        True when this fit continues the estimator's previous ones (a
+        ``partial_fit`` or ``warm_start`` fit): their ``privacy_notes_`` are
+        kept, so that a model stays uncertified once a fit it continues was
+        (an audit tap that removed the noise of its first lots, a label set
+        read from the data), except an interruption's, which the caller
+        re-derives on every call; and the time its training began is kept
+        (see :func:`privacy_spent`: a Pipeline step trained before an earlier
+        step was fitted again is not certified). False: a fresh fit, whose
+        report replaces the previous one.
 
     Returns
     -------
@@ -88,7 +104,12 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         notes.append("noise seeded by insecure_noise_seed")
     if taps.noise_removed():
         notes.append("noise removed by an audit tap (not private)")
-    notes += [note for note in earlier_notes if note not in notes]
+    if continued:
+        notes += [note for note in getattr(estimator, "privacy_notes_", ())
+                  if note not in notes and not note.startswith("the last fit did not complete")]
+    stamp = _next_stamp()
+    estimator._released_at_ = stamp  # when this release was made (process-wide order; privacy_spent reads it)
+    estimator._trained_since_ = getattr(estimator, "_trained_since_", stamp) if continued else stamp
     estimator.epsilon_ = epsilon
     estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
     estimator.privacy_certified_ = not notes
@@ -208,27 +229,38 @@ def _spent(estimator):
 
         return search_costs(estimator), False
     spends, certified = [], True
-    upstream = None  # in a Pipeline: the first earlier step that spent
+    latest = None  # in a Pipeline: (the latest release of the steps before this one, that step's name)
     for name, step in _children(estimator) or ():
         s, c = _spent(step)
-        if upstream is not None and _continued(step):
-            # The continued network was trained on what the upstream step released at each earlier fit (a warm
-            # Pipeline refits it every time); only its last release is counted here (review_s37 k12).
-            warn_privacy(f"The composition is NOT certified: step {name!r} was fitted again and continued (warm_start "
-                         f"or partial_fit) after step {upstream!r}, which spends privacy; its network was trained on "
-                         f"{upstream!r}'s earlier releases too, which are not counted here (the ledger holds every "
-                         "charge). Fit the Pipeline afresh (warm_start=False) to certify it.")
+        since = min((t for _, t in _stamps(step) if t is not None), default=None)
+        if latest is not None and since is not None and latest[0] > since:
+            # This step was trained on what the earlier step released before it was fitted again (a warm Pipeline
+            # refits it, charged, whether the continuation runs or is refused; a refit by hand): the release it
+            # was trained on is no longer counted here (review_s37 k12, k15, k17).
+            warn_privacy(f"The composition is NOT certified: step {latest[1]!r} was fitted again after step {name!r} "
+                         f"was trained (or began the training it continued with warm_start or partial_fit) on its "
+                         f"earlier output; that earlier release is not counted here (the ledger holds every charge). "
+                         "Fit the Pipeline afresh (warm_start=False) to certify it.")
             c = False
         spends, certified = spends + s, certified and c
-        if s and upstream is None and type(estimator).__name__ == "Pipeline":
-            upstream = name
+        if type(estimator).__name__ == "Pipeline":
+            released = max((r for r, _ in _stamps(step) if r is not None), default=None)
+            if released is not None and (latest is None or released > latest[0]):
+                latest = (released, name)
     return spends, certified
 
 
-def _continued(step):
-    """Whether ``step`` holds a DP-SGD network fitted again as a continuation (``partial_fit`` or a warm fit,
-    carried out or refused: a warm Pipeline refits the steps before it either way)."""
-    return any(getattr(e, "_continued_", False) for e in nested_estimators(step))
+def _stamps(step):
+    """``[(released_at, trained_since)]`` of the steps under ``step`` that reported a spend (frozen ones: none)."""
+    from .public_steps import _children
+
+    if step is None or isinstance(step, str) or type(step).__name__ == "FrozenEstimator":
+        return []
+    children = _children(step)
+    if children is None:
+        found = (getattr(step, "_released_at_", None), getattr(step, "_trained_since_", None))
+        return [found] if found != (None, None) else []
+    return [stamp for _, child in children for stamp in _stamps(child)]
 
 
 def dp_steps(estimator):
