@@ -297,3 +297,88 @@ def test_a_dp_step_continued_on_the_same_upstream_release_stays_certified():
         pipe[-1].partial_fit(pipe[:-1].transform(X), y)
         eps, _, certified = privacy_spent(pipe)
     assert certified and eps >= 0.5 + pipe[-1].epsilon_ - 1e-9
+
+
+# -- fourth read (review_s37 k18-k20) ------------------------------------------------------------------------------
+def _dpnet(**kw):
+    import torch
+
+    from skdp.nn import DPNet
+
+    return DPNet(torch.nn.Linear, module__in_features=4, module__out_features=2, module__dtype=torch.float64,
+                 epsilon=1.0, delta=1e-3, lr=0.5, batch_size=20, max_epochs=1, verbose=0, **kw)
+
+
+def _quiet_certified(estimator):
+    from skdp.privacy import privacy_spent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return privacy_spent(estimator)[2]
+
+
+def test_a_dpnet_continuation_keeps_its_notes_and_when_its_training_began():
+    # k18: DPNet reported every fit as a fresh one: a warm DPNet step after a refit scaler was certified, and a
+    # partial_fit after a fit inside noise_off, or after a fit whose history holds exact validation losses, too.
+    from sklearn.pipeline import make_pipeline
+    from skorch.dataset import ValidSplit
+
+    from skdp.preprocessing import DPQuantileScaler
+    from skdp.utils import taps
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = make_pipeline(DPQuantileScaler(epsilon=0.5, domain=(-2, 2)), _dpnet(warm_start=True)).fit(X, y64)
+        assert _quiet_certified(pipe)
+        pipe.fit(X, y64)  # the scaler refit, the network continued on its earlier release
+        assert not _quiet_certified(pipe)
+        with taps.noise_off():
+            net = _dpnet().fit(X64, y64)
+        net.partial_fit(X64, y64)
+        assert not net.privacy_certified_ and any("audit tap" in n for n in net.privacy_notes_)
+        net = _dpnet(train_split=ValidSplit(5)).fit(X64, y64)
+        net.set_params(train_split=None).partial_fit(X64, y64)
+        assert not net.privacy_certified_ and any("train_split" in n for n in net.privacy_notes_)
+        fresh = _dpnet().fit(X64, y64)
+        fresh.partial_fit(X64, y64)  # a continuation of a certified fit stays certified
+        assert fresh.privacy_certified_
+
+
+def test_train_on_synthetic_reports_when_its_generator_was_trained():
+    # k19: TrainOnSynthetic copied the generator's report without its stamps: a scaler refit by hand upstream of it
+    # left the Pipeline certified.
+    from sklearn.pipeline import make_pipeline
+
+    from skdp.generative import PGEGenerator, TrainOnSynthetic
+    from skdp.preprocessing import DPQuantileScaler
+
+    X, y = _xy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = PGEGenerator(noise_multiplier=1.0, bounds=(-2, 2), classes=[0, 1], max_epochs=1, n_repeats=1)
+        pipe = make_pipeline(DPQuantileScaler(epsilon=0.5, domain=(-2, 2)),
+                             TrainOnSynthetic(gen, synthetic_ratio=1)).fit(X, y)
+        assert _quiet_certified(pipe)
+        pipe[0].fit(X)
+    assert not _quiet_certified(pipe)
+
+
+def test_a_continuation_of_a_report_without_stamps_counts_as_begun_before_everything():
+    # k20: a pickle from before the stamps, continued in a warm Pipeline, had its training stamped as beginning now.
+    import pickle
+
+    from sklearn.pipeline import make_pipeline
+
+    from skdp.preprocessing import DPQuantileScaler
+
+    X, y = _xy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = make_pipeline(DPQuantileScaler(epsilon=0.5, domain=(-2, 2)), _warm()).fit(X, y)
+        for _, step in pipe.steps:
+            step.__dict__.pop("_released_at_", None)
+            step.__dict__.pop("_trained_since_", None)
+        pipe = pickle.loads(pickle.dumps(pipe)).fit(X, y)
+    assert not _quiet_certified(pipe)

@@ -141,6 +141,11 @@ class TrainOnSynthetic(ClassifierMixin, BaseEstimator):
         self.delta_ = self.generator_.delta_
         self.privacy_certified_ = getattr(self.generator_, "privacy_certified_", False)
         self.privacy_notes_ = getattr(self.generator_, "privacy_notes_", ())
+        # When the generator's release was made and its training began: privacy_spent orders a Pipeline's releases
+        # by them (review_s37 k19).
+        for stamp in ("_released_at_", "_trained_since_"):
+            if hasattr(self.generator_, stamp):
+                setattr(self, stamp, getattr(self.generator_, stamp))
         return self
 
     def predict(self, X):

@@ -702,6 +702,10 @@ class DPNet(NeuralNet):
             # partial_fit returns after a KeyboardInterrupt, with the module of an interrupted fit: review_s33
             # f08; a first fit too: review_s35 b02); a refusal before the charge keeps the last one (d03). The
             # estimators read this note (DPSGDEstimator._set_fit_results).
+            # A continuation (partial_fit, a warm fit: the accountant already holds steps) keeps the notes of the
+            # fits it continues and when its training began (review_s37 k18).
+            continued = bool(self.accountant_.history)
+            earlier = getattr(self, "privacy_notes_", ()) if continued else ()
             self.privacy_certified_ = False
             self.privacy_notes_ = (INTERRUPTED,)
             self._ema_begin(n_batches * epochs)
@@ -712,7 +716,7 @@ class DPNet(NeuralNet):
                     torch.cuda.manual_seed_all(int(self._lot_rng.integers(2 ** 63 - 1)))  # Philox: 64 bits
                 super().fit_loop(X, y, epochs=epochs, **fit_params)
             self._ema_release()
-            self._set_privacy_attributes()
+            self._set_privacy_attributes(continued, earlier)
             return self
         finally:
             for name in engines:
@@ -768,15 +772,17 @@ class DPNet(NeuralNet):
             for avg, p in zip(state[0], self._ema_params()):
                 p.copy_(avg)
 
-    def _set_privacy_attributes(self):
-        """``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_``, ``privacy_cost_`` of all fits so far."""
+    def _set_privacy_attributes(self, continued=False, earlier=()):
+        """``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_``, ``privacy_cost_`` of all fits so far;
+        ``continued``: this fit continues earlier ones, whose notes were ``earlier``."""
         epsilon = self.epsilon_spent()
         certified = True
         if self.train_split is not None:
             certified = ("train_split: the history holds exact (unnoised) validation losses of private records, "
                          "released unaccounted")
+        self.privacy_notes_ = tuple(earlier)  # what set_privacy_attributes keeps of them on a continuation
         set_privacy_attributes(self, epsilon, self.delta, certified=certified,
-                               cost=dpsgd_cost(self.accountant_.history, epsilon, self.delta))
+                               cost=dpsgd_cost(self.accountant_.history, epsilon, self.delta), continued=continued)
 
     def check_training_forward(self, X, y=None):
         """Refuse, before any budget is charged, a module or criterion whose training forward keeps state.

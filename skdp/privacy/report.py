@@ -109,7 +109,9 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
                   if note not in notes and not note.startswith("the last fit did not complete")]
     stamp = _next_stamp()
     estimator._released_at_ = stamp  # when this release was made (process-wide order; privacy_spent reads it)
-    estimator._trained_since_ = getattr(estimator, "_trained_since_", stamp) if continued else stamp
+    # A continuation of a report that does not say when its training began (a pickle from before the stamps) counts
+    # as begun before everything (review_s37 k20).
+    estimator._trained_since_ = getattr(estimator, "_trained_since_", 0) if continued else stamp
     estimator.epsilon_ = epsilon
     estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
     estimator.privacy_certified_ = not notes
@@ -147,6 +149,16 @@ def privacy_spent(estimator) -> tuple[float, float, bool]:
     (``StandardScaler``, ``OneHotEncoder()``, a ``FunctionTransformer``, the
     choice of a ``GridSearchCV``) makes the result uncertified and warns with
     ``PrivacyLeakWarning``, naming the step and its fix.
+
+    A Pipeline's steps are also checked in order: a step whose training began
+    (its fresh fit, or the first of the fits it continues) before an earlier
+    step that spends privacy was fitted again was trained on a release that is
+    no longer counted here (a warm Pipeline refit; a step refit by hand), so
+    the result is uncertified, with a warning. The order comes from stamps
+    that :func:`set_privacy_attributes` records, read from the clock: fits in
+    processes whose clocks disagree may be misordered, and the stamps see fits,
+    not data (a step fitted after an upstream refit on outputs computed before
+    it is not caught).
 
     Parameters
     ----------
