@@ -42,7 +42,7 @@ from ..engine.validators import check_state_unchanged, module_state
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 from ..privacy.accounting import dpsgd_cost
-from ..privacy.report import set_privacy_attributes
+from ..privacy.report import INTERRUPTED, set_privacy_attributes
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
@@ -252,9 +252,6 @@ class _LotLoader:
         for idx in self.batch_sampler:
             yield self._fetch(np.asarray(idx, dtype=np.int64))
 
-
-#: The note an interrupted fit leaves on the net (and its estimator): no certificate speaks for its module.
-INTERRUPTED = "the last fit did not complete (interrupted): its module is not certified"
 
 class DPNet(NeuralNet):
     """A skorch ``NeuralNet`` trained with DP-SGD (Poisson lots, per-example clipping, noise).

@@ -24,6 +24,8 @@ from .composition import Spend, compose
 from ..utils.steps import nested_estimators
 
 
+#: The note of a fit that did not complete (a DP-SGD network interrupted after its charge); re-derived on every call.
+INTERRUPTED = "the last fit did not complete (interrupted): its module is not certified"
 _LAST_STAMP = [0]
 
 
@@ -106,7 +108,7 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         notes.append("noise removed by an audit tap (not private)")
     if continued:
         notes += [note for note in getattr(estimator, "privacy_notes_", ())
-                  if note not in notes and not note.startswith("the last fit did not complete")]
+                  if note not in notes and not note.startswith(INTERRUPTED)]
     stamp = _next_stamp()
     estimator._released_at_ = stamp  # when this release was made (process-wide order; privacy_spent reads it)
     # A continuation of a report that does not say when its training began (a pickle from before the stamps) counts
