@@ -382,3 +382,68 @@ def test_a_continuation_of_a_report_without_stamps_counts_as_begun_before_everyt
             step.__dict__.pop("_trained_since_", None)
         pipe = pickle.loads(pickle.dumps(pipe)).fit(X, y)
     assert not _quiet_certified(pipe)
+
+
+# -- fifth read (review_s37 k23, k24) ------------------------------------------------------------------------------
+def _boom(at, exc=KeyboardInterrupt, after=1):
+    """A callback that raises ``exc`` after ``after`` lots of the fit number ``at`` (skorch swallows a Ctrl-C)."""
+    from skorch.callbacks import Callback
+
+    class Boom(Callback):
+        def __init__(self):
+            self.n = self.b = 0
+
+        def on_train_begin(self, net, **kw):
+            self.n, self.b = self.n + 1, 0
+
+        def on_batch_end(self, net, **kw):
+            self.b += 1
+            if self.n == at and self.b >= after:
+                raise exc("boom")
+    return Boom()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_an_interrupted_dpnet_continuation_keeps_the_notes_of_the_fits_it_continues(exc):
+    # k23: the interruption's note replaced the earlier notes, and the next continuation dropped it: a fit inside
+    # noise_off (or with train_split), a cut partial_fit, then one that completes came out certified.
+    from skorch.dataset import ValidSplit
+
+    from skdp.utils import taps
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with taps.noise_off():
+            net = _dpnet(callbacks=[_boom(2, exc)]).fit(X64, y64)
+        try:
+            net.partial_fit(X64, y64)  # cut after one lot
+        except RuntimeError:
+            pass
+        net.partial_fit(X64, y64)  # completes
+        assert not net.privacy_certified_ and any("audit tap" in n for n in net.privacy_notes_)
+        net = _dpnet(train_split=ValidSplit(5), callbacks=[_boom(2)]).fit(X64, y64)
+        net.set_params(train_split=None).partial_fit(X64, y64)  # cut
+        net.partial_fit(X64, y64)
+    assert not net.privacy_certified_ and any("train_split" in n for n in net.privacy_notes_)
+
+
+def test_an_interrupted_first_fit_continued_on_the_same_release_stays_certified():
+    # k24: a first DPNet fit cut after 2 lots had no stamps; its completing partial_fit counted as begun before
+    # everything, and a Pipeline with the scaler it was trained on (fitted once) came out uncertified.
+    from sklearn.pipeline import Pipeline
+
+    from skdp.preprocessing import DPQuantileScaler
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scaler = DPQuantileScaler(epsilon=0.5, domain=(-2, 2)).fit(X64)
+        net = _dpnet(callbacks=[_boom(1, after=2)])
+        net.fit(scaler.transform(X64), y64)  # cut after 2 lots
+        net.partial_fit(scaler.transform(X64), y64)
+        assert net.privacy_certified_
+        assert privacy_spent(Pipeline([("s", scaler), ("n", net)]))[2]

@@ -42,7 +42,7 @@ from ..engine.validators import check_state_unchanged, module_state
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 from ..privacy.accounting import dpsgd_cost
-from ..privacy.report import INTERRUPTED, set_privacy_attributes
+from ..privacy.report import INTERRUPTED, begin_training, set_privacy_attributes
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
@@ -702,9 +702,13 @@ class DPNet(NeuralNet):
             # A continuation (partial_fit, a warm fit: the accountant already holds steps) keeps the notes of the
             # fits it continues and when its training began (review_s37 k18).
             continued = bool(self.accountant_.history)
-            earlier = getattr(self, "privacy_notes_", ()) if continued else ()
+            earlier = tuple(n for n in getattr(self, "privacy_notes_", ()) if not n.startswith(INTERRUPTED)) \
+                if continued else ()
+            if not continued:  # a fresh fit's training begins now, even if it is cut before its report (k24)
+                begin_training(self)
             self.privacy_certified_ = False
-            self.privacy_notes_ = (INTERRUPTED,)
+            # The earlier notes stay beside the interruption's, for the fit that continues after a cut (k23).
+            self.privacy_notes_ = (INTERRUPTED,) + earlier
             self._ema_begin(n_batches * epochs)
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 # The whole CPU state from the fit's entropy (manual_seed keeps 32 bits: review_s35 c07).

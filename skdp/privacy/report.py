@@ -36,6 +36,12 @@ def _next_stamp():
     return _LAST_STAMP[0]
 
 
+def begin_training(estimator):
+    """Record that ``estimator``'s fresh training begins now (before its report, which a cut fit never makes): a
+    continuation after a cut keeps it (:func:`set_privacy_attributes`, ``continued=True``)."""
+    estimator._trained_since_ = _next_stamp()
+
+
 def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
                            read_from_data: Iterable[str] = (), cost=None, continued: bool = False):
     """Set ``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_`` and ``privacy_cost_``.
