@@ -306,7 +306,7 @@ def _dpnet(**kw):
     from skdp.nn import DPNet
 
     return DPNet(torch.nn.Linear, module__in_features=4, module__out_features=2, module__dtype=torch.float64,
-                 epsilon=1.0, delta=1e-3, lr=0.5, batch_size=20, max_epochs=1, verbose=0, **kw)
+                 **{"epsilon": 1.0, "delta": 1e-3, "lr": 0.5, "batch_size": 20, "max_epochs": 1, "verbose": 0, **kw})
 
 
 def _quiet_certified(estimator):
@@ -447,3 +447,60 @@ def test_an_interrupted_first_fit_continued_on_the_same_release_stays_certified(
         net.partial_fit(scaler.transform(X64), y64)
         assert net.privacy_certified_
         assert privacy_spent(Pipeline([("s", scaler), ("n", net)]))[2]
+
+
+# -- sixth read (review_s37 k25, k26) ------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["noise_off-ctrl-c", "noise_off-error", "scaled_noise", "seeded", "train_split"])
+def test_a_cut_fit_keeps_its_own_conditions_for_the_fit_that_completes_it(case):
+    # k25: a cut fit never wrote its report, so its own tap / seed / train_split note was written nowhere, and the
+    # partial_fit that completed it (outside the tap) certified a module whose first lots had no (or a tenth of the)
+    # noise, or whose history holds exact validation losses.
+    from skorch.dataset import ValidSplit
+
+    from skdp.utils import taps
+    from skdp.utils.random import insecure_noise_seed
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    exc = RuntimeError if case == "noise_off-error" else KeyboardInterrupt
+    context = {"scaled_noise": lambda: taps.scaled_noise(0.1), "seeded": lambda: insecure_noise_seed(0),
+               "train_split": warnings.catch_warnings}.get(case, taps.noise_off)
+    extra = {"train_split": ValidSplit(5)} if case == "train_split" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = _dpnet(callbacks=[_boom(1, exc, after=2)], **extra)
+        with context():
+            try:
+                net.fit(X64, y64)
+            except RuntimeError:
+                pass
+        net.set_params(train_split=None).partial_fit(X64, y64)
+    assert not net.privacy_certified_, net.privacy_notes_
+
+
+def test_an_upstream_refit_during_a_fresh_fit_is_seen():
+    # k26: the fresh fit's report re-stamped when its training began at its end: a refit of the upstream step during
+    # the fit went unseen (it was seen when the same fit was cut, then completed).
+    from skorch.callbacks import Callback
+    from sklearn.pipeline import Pipeline
+
+    from skdp.preprocessing import DPQuantileScaler
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scaler = DPQuantileScaler(epsilon=0.5, domain=(-2, 2)).fit(X64)
+
+        class Refit(Callback):
+            def on_epoch_end(self, net, **kw):
+                if not getattr(self, "done", False):
+                    self.done = True
+                    scaler.fit(X64)
+
+        net = _dpnet(max_epochs=2, callbacks=[Refit()]).fit(scaler.transform(X64), y64)
+        assert not privacy_spent(Pipeline([("s", scaler), ("n", net)]))[2]
+        est = DPMomentumClassifier(classes=[0, 1], bounds=(-2, 2), max_epochs=2, callbacks=[Refit()])
+        est.fit(scaler.transform(X64), y)
+        assert not privacy_spent(Pipeline([("s", scaler), ("n", est)]))[2]

@@ -399,8 +399,10 @@ class DPSGDEstimator(BaseEstimator):
         if certified is True and any(note == INTERRUPTED for note in getattr(net, "privacy_notes_", ())):
             # skorch returns from an interrupted fit: the lots taken are counted, the module is not certified.
             certified = INTERRUPTED + " (the lots it took are counted in epsilon_)"
+        # A fresh fit's training began when its network's did (an earlier step refit during it is seen: k26).
         set_privacy_attributes(self, epsilon, self.delta, certified=certified, read_from_data=read_from_data,
-                               cost=cost, continued=continued)
+                               cost=cost, continued=continued,
+                               trained_since=None if continued else getattr(net, "_trained_since_", None))
 
     # -- planning ----------------------------------------------------------------------------
     def _plan(self, n_samples):

@@ -42,7 +42,7 @@ from ..engine.validators import check_state_unchanged, module_state
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 from ..privacy.accounting import dpsgd_cost
-from ..privacy.report import INTERRUPTED, begin_training, set_privacy_attributes
+from ..privacy.report import INTERRUPTED, begin_training, privacy_notes, set_privacy_attributes
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
@@ -704,11 +704,13 @@ class DPNet(NeuralNet):
             continued = bool(self.accountant_.history)
             earlier = tuple(n for n in getattr(self, "privacy_notes_", ()) if not n.startswith(INTERRUPTED)) \
                 if continued else ()
-            if not continued:  # a fresh fit's training begins now, even if it is cut before its report (k24)
-                begin_training(self)
+            # A fresh fit's training begins now, even if it is cut before its report (k24, k26).
+            began = None if continued else begin_training(self)
             self.privacy_certified_ = False
-            # The earlier notes stay beside the interruption's, for the fit that continues after a cut (k23).
-            self.privacy_notes_ = (INTERRUPTED,) + earlier
+            # This fit's own conditions (an audit tap, a seed, train_split) and the earlier notes stay beside the
+            # interruption's, for the fit that continues after a cut (k23, k25).
+            self.privacy_notes_ = (INTERRUPTED,) + tuple(privacy_notes(
+                self, projected, certified=self._certified_reason(), continued=continued))
             self._ema_begin(n_batches * epochs)
             with torch.random.fork_rng(devices=_cuda_devices(self.device)):
                 # The whole CPU state from the fit's entropy (manual_seed keeps 32 bits: review_s35 c07).
@@ -717,7 +719,7 @@ class DPNet(NeuralNet):
                     torch.cuda.manual_seed_all(int(self._lot_rng.integers(2 ** 63 - 1)))  # Philox: 64 bits
                 super().fit_loop(X, y, epochs=epochs, **fit_params)
             self._ema_release()
-            self._set_privacy_attributes(continued, earlier)
+            self._set_privacy_attributes(continued, earlier, began)
             return self
         finally:
             for name in engines:
@@ -773,17 +775,22 @@ class DPNet(NeuralNet):
             for avg, p in zip(state[0], self._ema_params()):
                 p.copy_(avg)
 
-    def _set_privacy_attributes(self, continued=False, earlier=()):
-        """``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_``, ``privacy_cost_`` of all fits so far;
-        ``continued``: this fit continues earlier ones, whose notes were ``earlier``."""
-        epsilon = self.epsilon_spent()
-        certified = True
+    def _certified_reason(self):
+        """True, or why a fit with the current settings is not certified (its history releases validation losses)."""
         if self.train_split is not None:
-            certified = ("train_split: the history holds exact (unnoised) validation losses of private records, "
-                         "released unaccounted")
+            return ("train_split: the history holds exact (unnoised) validation losses of private records, "
+                    "released unaccounted")
+        return True
+
+    def _set_privacy_attributes(self, continued=False, earlier=(), began=None):
+        """``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_``, ``privacy_cost_`` of all fits so far;
+        ``continued``: this fit continues earlier ones, whose notes were ``earlier``; ``began``: when a fresh fit's
+        training began (``begin_training``)."""
+        epsilon = self.epsilon_spent()
         self.privacy_notes_ = tuple(earlier)  # what set_privacy_attributes keeps of them on a continuation
-        set_privacy_attributes(self, epsilon, self.delta, certified=certified,
-                               cost=dpsgd_cost(self.accountant_.history, epsilon, self.delta), continued=continued)
+        set_privacy_attributes(self, epsilon, self.delta, certified=self._certified_reason(),
+                               cost=dpsgd_cost(self.accountant_.history, epsilon, self.delta), continued=continued,
+                               trained_since=began)
 
     def check_training_forward(self, X, y=None):
         """Refuse, before any budget is charged, a module or criterion whose training forward keeps state.

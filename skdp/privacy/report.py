@@ -37,13 +37,35 @@ def _next_stamp():
 
 
 def begin_training(estimator):
-    """Record that ``estimator``'s fresh training begins now (before its report, which a cut fit never makes): a
-    continuation after a cut keeps it (:func:`set_privacy_attributes`, ``continued=True``)."""
+    """Record, and return, that ``estimator``'s fresh training begins now (before its report, which a cut fit never
+    makes): a continuation after a cut keeps it, and the fit's own report takes it (``trained_since``)."""
     estimator._trained_since_ = _next_stamp()
+    return estimator._trained_since_
+
+
+def privacy_notes(estimator, epsilon, *, certified=True, read_from_data=(), continued=False):
+    """The notes a report of ``estimator`` would carry now (see :func:`set_privacy_attributes`, which writes them):
+    what voids the guarantee under the current conditions (an audit tap, a seeded noise, ...), and on a
+    continuation the notes of the fits it continues but an interruption's. A fit that may be cut writes them before
+    it trains (``DPNet``: review_s37 k25), so that a cut fit's own conditions reach the fit that completes it."""
+    notes = [f"{name} read from the private data" for name in read_from_data]
+    if certified is not True:
+        notes.append(certified if isinstance(certified, str) else "the method certifies nothing")
+    if math.isinf(float(epsilon)):
+        notes.append("no noise (epsilon is infinite)")
+    if getattr(estimator, "noise_seeded_", False):
+        notes.append("noise seeded by insecure_noise_seed")
+    if taps.noise_removed():
+        notes.append("noise removed by an audit tap (not private)")
+    if continued:
+        notes += [note for note in getattr(estimator, "privacy_notes_", ())
+                  if note not in notes and not note.startswith(INTERRUPTED)]
+    return notes
 
 
 def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified: bool | str = True,
-                           read_from_data: Iterable[str] = (), cost=None, continued: bool = False):
+                           read_from_data: Iterable[str] = (), cost=None, continued: bool = False,
+                           trained_since=None):
     """Set ``epsilon_``, ``delta_``, ``privacy_certified_``, ``privacy_notes_`` and ``privacy_cost_``.
 
     The one place where an estimator's privacy report is decided, so that the
@@ -82,6 +104,10 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
         (see :func:`privacy_spent`: a Pipeline step trained before an earlier
         step was fitted again is not certified). False: a fresh fit, whose
         report replaces the previous one.
+    trained_since : int or None, default=None
+        For a fresh fit, the stamp :func:`begin_training` returned when its
+        training began (an earlier step refit during the fit is then seen by
+        :func:`privacy_spent`); None: now. Ignored on a continuation.
 
     Returns
     -------
@@ -103,23 +129,13 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
     ('bounds read from the private data',)
     """
     epsilon = float(epsilon)
-    notes = [f"{name} read from the private data" for name in read_from_data]
-    if certified is not True:
-        notes.append(certified if isinstance(certified, str) else "the method certifies nothing")
-    if math.isinf(epsilon):
-        notes.append("no noise (epsilon is infinite)")
-    if getattr(estimator, "noise_seeded_", False):
-        notes.append("noise seeded by insecure_noise_seed")
-    if taps.noise_removed():
-        notes.append("noise removed by an audit tap (not private)")
-    if continued:
-        notes += [note for note in getattr(estimator, "privacy_notes_", ())
-                  if note not in notes and not note.startswith(INTERRUPTED)]
+    notes = privacy_notes(estimator, epsilon, certified=certified, read_from_data=read_from_data, continued=continued)
     stamp = _next_stamp()
     estimator._released_at_ = stamp  # when this release was made (process-wide order; privacy_spent reads it)
     # A continuation of a report that does not say when its training began (a pickle from before the stamps) counts
-    # as begun before everything (review_s37 k20).
-    estimator._trained_since_ = getattr(estimator, "_trained_since_", 0) if continued else stamp
+    # as begun before everything (review_s37 k20); a fresh fit began when begin_training said (k26), else now.
+    estimator._trained_since_ = (getattr(estimator, "_trained_since_", 0) if continued
+                                 else stamp if trained_since is None else trained_since)
     estimator.epsilon_ = epsilon
     estimator.delta_ = 0.0 if math.isinf(epsilon) else float(delta)
     estimator.privacy_certified_ = not notes
