@@ -504,3 +504,33 @@ def test_an_upstream_refit_during_a_fresh_fit_is_seen():
         est = DPMomentumClassifier(classes=[0, 1], bounds=(-2, 2), max_epochs=2, callbacks=[Refit()])
         est.fit(scaler.transform(X64), y)
         assert not privacy_spent(Pipeline([("s", scaler), ("n", est)]))[2]
+
+
+# -- seventh read (review_s37 k27) ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["DPNet", "DPMomentumClassifier"])
+def test_an_upstream_refit_in_on_train_begin_is_seen(kind):
+    # k27: skorch notifies on_train_begin (and initialises the callbacks) before fit_loop, where the fresh fit's
+    # start was stamped: an upstream refit there went unseen. The fit is stamped when it is entered.
+    from skorch.callbacks import Callback
+    from sklearn.pipeline import Pipeline
+
+    from skdp.preprocessing import DPQuantileScaler
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scaler = DPQuantileScaler(epsilon=0.5, domain=(-2, 2)).fit(X64)
+
+        class RefitAtBegin(Callback):
+            def on_train_begin(self, net, **kw):
+                scaler.fit(X64)
+
+        Xt = scaler.transform(X64)  # the network trains on this release, refit (no longer counted) at on_train_begin
+        if kind == "DPNet":
+            step = _dpnet(callbacks=[RefitAtBegin()]).fit(Xt, y64)
+        else:
+            step = DPMomentumClassifier(classes=[0, 1], bounds=(-2, 2), max_epochs=1, batch_size=20,
+                                        callbacks=[RefitAtBegin()]).fit(Xt, y)
+        assert not privacy_spent(Pipeline([("s", scaler), ("n", step)]))[2]

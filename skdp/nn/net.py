@@ -25,6 +25,7 @@ callback that monitors or scores anything else is refused in ``initialize``.
 The unnoised training loss is shown to the data curator by ``verbose`` and
 never stored on the net.
 """
+import contextlib
 import copy
 import math
 import numbers
@@ -42,7 +43,7 @@ from ..engine.validators import check_state_unchanged, module_state
 from ..exceptions import warn_privacy
 from ..privacy import PrivacyAccountant, calibrate_noise_multiplier, compute_epsilon
 from ..privacy.accounting import dpsgd_cost
-from ..privacy.report import INTERRUPTED, begin_training, privacy_notes, set_privacy_attributes
+from ..privacy.report import INTERRUPTED, begin_training, next_stamp, privacy_notes, set_privacy_attributes
 from ..utils import taps
 from ..utils.log import progress
 from ..utils.random import make_rng, mechanism_rng, torch_generator
@@ -410,6 +411,62 @@ class DPNet(NeuralNet):
         timer = [(name, cb) for name, cb in super().get_default_callbacks() if name == "epoch_timer"]
         return timer + [("epsilon", EpsilonLogger()), ("print_log", CuratorPrintLog())]
 
+    def fit(self, X, y=None, **fit_params):
+        """Initialise (unless ``warm_start`` and initialised) and train: skorch's ``fit``, stamped on entry.
+
+        Parameters
+        ----------
+        X : array-like, memmap or torch Dataset
+            Training inputs.
+        y : array-like or None, default=None
+            Training targets (None for a Dataset of ``(x, y)`` items).
+        **fit_params : dict
+            Passed to :meth:`train_step`.
+
+        Returns
+        -------
+        self : DPNet
+            The trained net.
+        """
+        with self._entered():
+            return super().fit(X, y, **fit_params)
+
+    def partial_fit(self, X, y=None, classes=None, **fit_params):
+        """Train further (initialising first if needed): skorch's ``partial_fit``, stamped on entry.
+
+        Parameters
+        ----------
+        X : array-like, memmap or torch Dataset
+            Training inputs.
+        y : array-like or None, default=None
+            Training targets (None for a Dataset of ``(x, y)`` items).
+        classes : None
+            Unused (skorch's signature).
+        **fit_params : dict
+            Passed to :meth:`train_step`.
+
+        Returns
+        -------
+        self : DPNet
+            The trained net.
+        """
+        with self._entered():
+            return super().partial_fit(X, y, classes=classes, **fit_params)
+
+    @contextlib.contextmanager
+    def _entered(self):
+        """Stamp when the outermost fit call was entered: a fresh fit's training counts from there, before skorch
+        initialises the callbacks and notifies ``on_train_begin`` (user code that may refit an upstream step:
+        review_s37 k27)."""
+        outermost = getattr(self, "_entered_at", None) is None
+        if outermost:
+            self._entered_at = next_stamp()
+        try:
+            yield
+        finally:
+            if outermost:
+                self._entered_at = None
+
     def initialize(self):
         """Check the device and callbacks, then initialise as skorch does.
 
@@ -705,7 +762,7 @@ class DPNet(NeuralNet):
             earlier = tuple(n for n in getattr(self, "privacy_notes_", ()) if not n.startswith(INTERRUPTED)) \
                 if continued else ()
             # A fresh fit's training begins now, even if it is cut before its report (k24, k26).
-            began = None if continued else begin_training(self)
+            began = None if continued else begin_training(self, getattr(self, "_entered_at", None))
             self.privacy_certified_ = False
             # This fit's own conditions (an audit tap, a seed, train_split) and the earlier notes stay beside the
             # interruption's, for the fit that continues after a cut (k23, k25).

@@ -29,17 +29,18 @@ INTERRUPTED = "the last fit did not complete (interrupted): its module is not ce
 _LAST_STAMP = [0]
 
 
-def _next_stamp():
+def next_stamp():
     """A strictly increasing stamp of this process, close to the wall clock in ns (comparable across the processes
     of one machine): the order in which the steps of a composition released what they did."""
     _LAST_STAMP[0] = max(time.time_ns(), _LAST_STAMP[0] + 1)
     return _LAST_STAMP[0]
 
 
-def begin_training(estimator):
-    """Record, and return, that ``estimator``'s fresh training begins now (before its report, which a cut fit never
-    makes): a continuation after a cut keeps it, and the fit's own report takes it (``trained_since``)."""
-    estimator._trained_since_ = _next_stamp()
+def begin_training(estimator, at=None):
+    """Record, and return, that ``estimator``'s fresh training began ``at`` (a :func:`next_stamp`; None: now), before
+    its report, which a cut fit never makes: a continuation after a cut keeps it, and the fit's own report takes it
+    (``trained_since``)."""
+    estimator._trained_since_ = next_stamp() if at is None else at
     return estimator._trained_since_
 
 
@@ -130,7 +131,7 @@ def set_privacy_attributes(estimator, epsilon: float, delta: float, *, certified
     """
     epsilon = float(epsilon)
     notes = privacy_notes(estimator, epsilon, certified=certified, read_from_data=read_from_data, continued=continued)
-    stamp = _next_stamp()
+    stamp = next_stamp()
     estimator._released_at_ = stamp  # when this release was made (process-wide order; privacy_spent reads it)
     # A continuation of a report that does not say when its training began (a pickle from before the stamps) counts
     # as begun before everything (review_s37 k20); a fresh fit began when begin_training said (k26), else now.
