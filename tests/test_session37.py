@@ -534,3 +534,48 @@ def test_an_upstream_refit_in_on_train_begin_is_seen(kind):
             step = DPMomentumClassifier(classes=[0, 1], bounds=(-2, 2), max_epochs=1, batch_size=20,
                                         callbacks=[RefitAtBegin()]).fit(Xt, y)
         assert not privacy_spent(Pipeline([("s", scaler), ("n", step)]))[2]
+
+
+# -- eighth read (review_s37 k29) ----------------------------------------------------------------------------------
+_COPIES = []
+
+
+def _copy_at_epoch_end(how):
+    """A callback (picklable: module level) that keeps a copy of the net taken during its fit in ``_COPIES``."""
+    from skorch.callbacks import Callback
+
+    class CopyAtEpochEnd(Callback):
+        def on_epoch_end(self, net, **kw):
+            import copy
+            import pickle
+
+            _COPIES.append(pickle.loads(pickle.dumps(net)) if how == "pickle" else copy.deepcopy(net))
+    CopyAtEpochEnd.__qualname__ = CopyAtEpochEnd.__name__ = f"_CopyAtEpochEnd_{how}"
+    globals()[CopyAtEpochEnd.__name__] = CopyAtEpochEnd
+    return CopyAtEpochEnd()
+
+
+@pytest.mark.parametrize("copy_how", ["pickle", "deepcopy"])
+def test_a_net_copied_mid_fit_stamps_its_later_fits_afresh(copy_how):
+    # k29: the entry stamp travelled in a copy taken during a fit (a pickle, a deepcopy, skorch's Checkpoint) and in
+    # get_params: every later fresh fit of the copy, or of its clone, was stamped at the copy's time, and a Pipeline
+    # with a scaler fitted since came out uncertified.
+    from sklearn.base import clone
+    from sklearn.pipeline import Pipeline
+
+    from skdp.preprocessing import DPQuantileScaler
+    from skdp.privacy import privacy_spent
+
+    X, y = _xy()
+    X64, y64 = X.astype(np.float64), y.astype(np.int64)
+    _COPIES.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _dpnet(callbacks=[_copy_at_epoch_end(copy_how)]).fit(X64, y64)
+        restored = _COPIES[0]
+        restored.set_params(callbacks=[])
+        assert not any(k.startswith("_entered_at") for k in list(vars(restored)) + list(restored.get_params()))
+        scaler = DPQuantileScaler(epsilon=0.5, domain=(-2, 2)).fit(X64)  # fitted after the copy
+        for net in (restored, clone(restored)):
+            net.fit(scaler.transform(X64), y64)
+            assert privacy_spent(Pipeline([("s", scaler), ("n", net)]))[2]

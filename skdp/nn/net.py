@@ -458,14 +458,15 @@ class DPNet(NeuralNet):
         """Stamp when the outermost fit call was entered: a fresh fit's training counts from there, before skorch
         initialises the callbacks and notifies ``on_train_begin`` (user code that may refit an upstream step:
         review_s37 k27)."""
-        outermost = getattr(self, "_entered_at", None) is None
+        # A trailing "_": skorch takes it for fitted state, not a parameter (clone and get_params leave it out: k29).
+        outermost = getattr(self, "_entered_at_", None) is None
         if outermost:
-            self._entered_at = next_stamp()
+            self._entered_at_ = next_stamp()
         try:
             yield
         finally:
             if outermost:
-                self._entered_at = None
+                self.__dict__.pop("_entered_at_", None)
 
     def initialize(self):
         """Check the device and callbacks, then initialise as skorch does.
@@ -586,7 +587,8 @@ class DPNet(NeuralNet):
         # The fit's secret randomness never leaves in a pickle, even one taken during the fit (a checkpoint):
         # the lots', the augmentations', PGE's randomized response and loss projections (review_s35 c02); the
         # engines drop their noise generators themselves (DPSGDEngine.__getstate__).
-        for key in ("_private_log", "_lot_rng", "_ema", "_augment_gen", "_rr_generator", "_loss_rng"):
+        # Nor does the fit's entry stamp (a copy would stamp its later fits at this time: review_s37 k29).
+        for key in ("_private_log", "_lot_rng", "_ema", "_augment_gen", "_rr_generator", "_loss_rng", "_entered_at_"):
             state.pop(key, None)
         return state
 
@@ -762,7 +764,7 @@ class DPNet(NeuralNet):
             earlier = tuple(n for n in getattr(self, "privacy_notes_", ()) if not n.startswith(INTERRUPTED)) \
                 if continued else ()
             # A fresh fit's training begins now, even if it is cut before its report (k24, k26).
-            began = None if continued else begin_training(self, getattr(self, "_entered_at", None))
+            began = None if continued else begin_training(self, getattr(self, "_entered_at_", None))
             self.privacy_certified_ = False
             # This fit's own conditions (an audit tap, a seed, train_split) and the earlier notes stay beside the
             # interruption's, for the fit that continues after a cut (k23, k25).
