@@ -254,6 +254,13 @@ class _LotLoader:
             yield self._fetch(np.asarray(idx, dtype=np.int64))
 
 
+#: The training data's parameters, shared by the docstrings of ``fit``, ``partial_fit`` and ``fit_loop``.
+_TRAINING_DATA_DOC = """X : array-like, memmap or torch Dataset
+            Training inputs.
+        y : array-like or None, default=None
+            Training targets (None for a Dataset of ``(x, y)`` items)."""
+
+
 class DPNet(NeuralNet):
     """A skorch ``NeuralNet`` trained with DP-SGD (Poisson lots, per-example clipping, noise).
 
@@ -416,10 +423,7 @@ class DPNet(NeuralNet):
 
         Parameters
         ----------
-        X : array-like, memmap or torch Dataset
-            Training inputs.
-        y : array-like or None, default=None
-            Training targets (None for a Dataset of ``(x, y)`` items).
+        {training_data}
         **fit_params : dict
             Passed to :meth:`train_step`.
 
@@ -436,10 +440,7 @@ class DPNet(NeuralNet):
 
         Parameters
         ----------
-        X : array-like, memmap or torch Dataset
-            Training inputs.
-        y : array-like or None, default=None
-            Training targets (None for a Dataset of ``(x, y)`` items).
+        {training_data}
         classes : None
             Unused (skorch's signature).
         **fit_params : dict
@@ -694,10 +695,7 @@ class DPNet(NeuralNet):
 
         Parameters
         ----------
-        X : array-like, memmap or torch Dataset
-            Training inputs.
-        y : array-like or None, default=None
-            Training targets (None for a Dataset of ``(x, y)`` items).
+        {training_data}
         epochs : int or None, default=None
             Number of epochs; ``max_epochs`` if None.
         **fit_params : dict
@@ -1172,3 +1170,9 @@ class DPNet(NeuralNet):
         if len(losses):
             self.log_private("train_loss", loss.item(), len(losses))
         return {"loss": loss, "y_pred": None}
+
+
+for _name in ("fit", "partial_fit", "fit_loop"):  # the shared text, substituted once (skorch's way)
+    _method = getattr(DPNet, _name)
+    _method.__doc__ = _method.__doc__.replace("{training_data}", _TRAINING_DATA_DOC)
+del _name, _method
