@@ -84,6 +84,7 @@ def test_conv_per_example_gradients_by_grouped_convolution(monkeypatch):
     # Large maps take the grouped-convolution path instead of unfolding; same clipped sums.
     import skdp.engine.layers as layers
     monkeypatch.setattr(layers, "UNFOLD_LIMIT", 0)
+    monkeypatch.setattr(layers, "UNFOLD_CHANNELS", 0)
     test_clipped_sum_matches_per_example_reference("cnn_grouped_prelu", "auto")
     test_clipped_sum_matches_per_example_reference("groupnorm", "auto")
 

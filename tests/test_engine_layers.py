@@ -83,6 +83,14 @@ def layer_models():
                                                nn.Flatten(), nn.Linear(32, 3)), torch.randn(8, 1, 4, 4, generator=g)),
         "conv3d": (nn.Sequential(nn.Conv3d(2, 4, 3, stride=(1, 2, 1), padding=1, groups=2), nn.ReLU(), nn.Flatten(),
                                  nn.LazyLinear(3)), torch.randn(8, 2, 3, 4, 3, generator=g)),
+        # Strided patches (the unfold as a view): stride, dilation and zero padding in both dims, unequal.
+        "conv2d_dilated_strided": (nn.Sequential(nn.Conv2d(3, 4, (3, 2), stride=(2, 1), padding=(2, 1),
+                                                           dilation=(2, 3)), nn.Tanh(), nn.Flatten(), nn.LazyLinear(3)),
+                                   torch.randn(8, 3, 7, 6, generator=g)),
+        # A channels-last input: the view follows the tensor's own strides.
+        "conv2d_channels_last": (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                                               nn.Linear(64, 3)),
+                                 torch.randn(8, 3, 4, 4, generator=g).contiguous(memory_format=torch.channels_last)),
         "embedding_layernorm": (Tokens(), ints),
         "embedding_padding_idx": (Tokens(padding_idx=0), ints),
         "lstm": (Last(DPLSTM(3, 5, batch_first=True), 5), torch.randn(8, 4, 3, generator=g)),
@@ -169,11 +177,34 @@ def test_huge_record_takes_the_float64_path_and_is_clipped(name):
     torch.testing.assert_close(total, sum(parts), atol=1e-4, rtol=1e-4)
 
 
-def test_conv3d_and_conv1d_grouped_convolution_path(monkeypatch):
+@pytest.mark.parametrize("name", ["conv1d", "conv1d_same_groups", "conv3d", "conv2d_dilated_strided",
+                                  "conv2d_channels_last"])
+def test_conv_grouped_convolution_path(monkeypatch, name):
+    # Long patches take one grouped convolution instead of the unfolded matmul: the same sums.
     import skdp.engine.layers as layers
     monkeypatch.setattr(layers, "UNFOLD_LIMIT", 0)
-    test_rule_matches_the_one_example_at_a_time_reference("conv1d")
-    test_rule_matches_the_one_example_at_a_time_reference("conv1d_same_groups")
+    monkeypatch.setattr(layers, "UNFOLD_CHANNELS", 0)
+    test_rule_matches_the_one_example_at_a_time_reference(name)
+
+
+@pytest.mark.parametrize("name", ["conv1d", "conv3d", "conv2d_dilated_strided", "conv2d_channels_last"])
+def test_conv_unfold_in_chunks_of_examples(monkeypatch, name):
+    # A large unfolded input is built a few examples at a time (bounded memory): the same sums.
+    import skdp.engine.layers as layers
+    monkeypatch.setattr(layers, "UNFOLD_CHUNK", 1)  # one example per chunk
+    test_rule_matches_the_one_example_at_a_time_reference(name)
+
+
+def test_conv_rule_chooses_by_channels_per_group():
+    # The shape rule of dpsgd_conv_rule.md: channels off oneDNN's blocks of 8 unfold at any size, others only
+    # when small.
+    from skdp.engine.layers import _unfold_is_cheaper
+    assert _unfold_is_cheaper(256, 1, 1, 25, 576)  # LeNet's first layer (1 x 5 x 5 patches, 24 x 24 outputs)
+    assert _unfold_is_cheaper(256, 1, 3, 27, 1024)  # an RGB 3 x 3 layer on 32 x 32 images
+    assert _unfold_is_cheaper(256, 1, 6, 150, 64)  # LeNet's second layer
+    assert not _unfold_is_cheaper(256, 1, 16, 144, 196)  # 16 channels fill oneDNN's blocks: grouped convolution
+    assert _unfold_is_cheaper(4, 1, 16, 144, 196)  # ... unless the whole input is small
+    assert not _unfold_is_cheaper(256, 1, 25, 225, 196)  # beyond the measured channels: grouped convolution
 
 
 @pytest.mark.parametrize("name", ["transformer_encoder", "lstm"])

@@ -28,6 +28,7 @@ of one layer, when Opacus is installed). Each provider returns a ``Rule`` or
 None; the vmap path takes what none of them covers.
 """
 from dataclasses import dataclass
+import math
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -285,8 +286,23 @@ def linear_rule(module, a, g):
     return norm_sq, clipped
 
 
-# Above this many elements the unfolded input (B x D x T) costs more than a grouped convolution.
+# Per-example convolution weight gradients, two ways (benchmarks/results/dpsgd_conv_rule.md, 256 examples, 1 and
+# 2 threads): a batched matmul of the unfolded input (a strided view copied once) with the output gradients, or one
+# convolution-weight gradient with the batch folded into the groups. On CPU the grouped convolution is fast only
+# when each group's input channels fill oneDNN's blocks of 8 (1.3-5x faster than the matmul there), and slow and
+# serial otherwise (up to 2x slower at 1 thread, 3x at 2). Unfold when a group has up to UNFOLD_CHANNELS input
+# channels, not a multiple of 8 (the largest measured), or the whole unfolded input has at most UNFOLD_LIMIT
+# elements.
+UNFOLD_CHANNELS = 24
 UNFOLD_LIMIT = 2 ** 20
+#: Largest unfolded input (elements) built at once: more examples are taken in chunks (memory stays bounded).
+UNFOLD_CHUNK = 2 ** 23
+
+
+def _unfold_is_cheaper(B, G, C, D, T):
+    """Whether ``B`` examples' per-example weight gradients are cheaper unfolded: ``G`` groups of ``C`` input
+    channels, patches of ``D = C * prod(kernel)`` values, ``T`` output positions."""
+    return (C % 8 != 0 and C <= UNFOLD_CHANNELS) or B * G * D * T <= UNFOLD_LIMIT
 
 
 class _ConvGeometry:
@@ -295,7 +311,6 @@ class _ConvGeometry:
     String padding ("same", "valid") and padding modes other than zeros pad the input before the
     convolution (``module._reversed_padding_repeated_twice``, as torch does for "same": the odd pixel on
     the right); the rules then see an ordinary convolution with padding 0 on the padded input.
-    A Conv1d is a Conv2d on a (1, L) image: kernel, stride, padding and dilation get a leading 1.
     """
 
     def __init__(self, module, a):
@@ -311,27 +326,41 @@ class _ConvGeometry:
         self.a, self.stride, self.padding, self.dilation, self.kernel = a, stride, padding, dilation, kernel
         self.weight_grad = getattr(torch.nn.grad, f"conv{nd}d_weight")
 
-    def unfold(self):
-        """Columns ``(B, C*prod(k), T)`` by im2col (1-D and 2-D only), or None."""
-        if self.nd == 2:
-            return F.unfold(self.a, self.kernel, dilation=self.dilation, padding=self.padding, stride=self.stride)
-        if self.nd == 1:
-            return F.unfold(self.a.unsqueeze(2), (1,) + self.kernel, dilation=(1,) + self.dilation,
-                            padding=(0,) + self.padding, stride=(1,) + self.stride)
-        return None
+    def unfold(self, start=0, stop=None):
+        """Columns ``(b, C*prod(k), T)`` of examples ``start:stop`` (im2col, any number of spatial dims).
+
+        The patches are a strided view of the zero-padded input, copied once by the reshape: patch entry
+        (c, k) of output position t is ``a[c, t * stride + k * dilation]``, in the weight's (c, k) order.
+        """
+        a = self.a[start:stop]
+        if any(self.padding):
+            a = F.pad(a, [p for p in reversed(self.padding) for _ in (0, 1)])
+        B, C, spatial, st = a.shape[0], a.shape[1], a.shape[2:], a.stride()
+        out = [(n - d * (k - 1) - 1) // s + 1
+               for n, k, s, d in zip(spatial, self.kernel, self.stride, self.dilation)]
+        view = a.as_strided((B, C, *self.kernel, *out),
+                            (st[0], st[1], *(d * x for d, x in zip(self.dilation, st[2:])),
+                             *(s * x for s, x in zip(self.stride, st[2:]))))
+        return view.reshape(B, C * math.prod(self.kernel), math.prod(out))
 
     def per_example_weight(self, module, g):
         """Per-example weight gradients ``(B, O, C/G * prod(k))``.
 
-        Small inputs (1-D, 2-D): unfold and contract. Large maps and 3-D: one convolution-weight gradient
-        with the batch folded into the groups (example b's channels only meet example b's filters).
+        Short patches or small inputs: unfold and contract over the output positions, in chunks of examples
+        of at most UNFOLD_CHUNK unfolded elements. Otherwise one convolution-weight gradient with the batch
+        folded into the groups (example b's channels only meet example b's filters).
         """
         a, B, O, G = self.a, self.a.shape[0], module.out_channels, self.groups
         D = module.weight[0].numel()
         T = g[0, 0].numel()
-        if self.nd <= 2 and B * D * T <= UNFOLD_LIMIT:
-            cols = self.unfold().reshape(B, G, D, T)
-            return torch.einsum("bgot,bgdt->bgod", g.reshape(B, G, O // G, T), cols).reshape(B, O, D)
+        if _unfold_is_cheaper(B, G, module.weight.shape[1], D, T):
+            # Per example and group, (D x T) columns times (T x O/G) output gradients: (D x O/G).
+            g = g.reshape(B * G, O // G, T).transpose(1, 2)
+            step = max(1, UNFOLD_CHUNK // max(1, G * D * T))
+            parts = [torch.bmm(self.unfold(i, i + step).reshape(-1, D, T), g[i * G:(i + step) * G])
+                     for i in range(0, B, step)]
+            return (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(B, G, D, O // G) \
+                .transpose(2, 3).reshape(B, O, D)
         w = self.weight_grad(a.reshape(1, -1, *a.shape[2:]), (B * O,) + tuple(module.weight.shape[1:]),
                              g.reshape(1, -1, *g.shape[2:]), self.stride, self.padding, self.dilation, B * G)
         return w.reshape(B, O, D)
@@ -354,7 +383,7 @@ def conv_rule(module, a, g):
     if use_w:
         T = g_flat.shape[-1]
         D, P = module.weight[0].numel(), O // G
-        if geo.nd <= 2 and _ghost_is_cheaper(T, D, P):
+        if _ghost_is_cheaper(T, D, P):
             # ||sum_t g_t c_t^T||^2 = sum_{t,s} (c_t . c_s)(g_t . g_s) per group, c_t the unfolded patch.
             cols = geo.unfold().reshape(B, G, D, T)
             gg = g_flat.reshape(B, G, P, T)
