@@ -196,7 +196,7 @@ def test_conv_unfold_in_chunks_of_examples(monkeypatch, name):
 
 
 def test_conv_rule_chooses_by_channels_per_group():
-    # The shape rule of dpsgd_conv_rule.md: channels off oneDNN's blocks of 8 unfold at any size, others only
+    # The shape rule of dpsgd_layer_rules.md: channels off oneDNN's blocks of 8 unfold at any size, others only
     # when small.
     from skdp.engine.layers import _unfold_is_cheaper
     assert _unfold_is_cheaper(256, 1, 1, 25, 576)  # LeNet's first layer (1 x 5 x 5 patches, 24 x 24 outputs)

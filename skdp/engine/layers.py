@@ -286,13 +286,13 @@ def linear_rule(module, a, g):
     return norm_sq, clipped
 
 
-# Per-example convolution weight gradients, two ways (benchmarks/results/dpsgd_conv_rule.md, 256 examples, 1 and
+# Per-example convolution weight gradients, two ways (benchmarks/results/dpsgd_layer_rules.md, 256 examples, 1 and
 # 2 threads): a batched matmul of the unfolded input (a strided view copied once) with the output gradients, or one
-# convolution-weight gradient with the batch folded into the groups. On CPU the grouped convolution is fast only
-# when each group's input channels fill oneDNN's blocks of 8 (1.3-5x faster than the matmul there), and slow and
-# serial otherwise (up to 2x slower at 1 thread, 3x at 2). Unfold when a group has up to UNFOLD_CHANNELS input
-# channels, not a multiple of 8 (the largest measured), or the whole unfolded input has at most UNFOLD_LIMIT
-# elements.
+# convolution-weight gradient with the batch folded into the groups. On CPU the grouped convolution is fast when
+# each group's input channels fill oneDNN's blocks of 8 (1.2-4.4x faster than the matmul there); off the blocks it
+# is up to 1.4x slower at 1 thread and 5x at 2 (it runs serially), and wins by at most 1.24x (few output
+# channels). Unfold when a group has up to UNFOLD_CHANNELS input channels, not a multiple of 8 (the largest
+# measured), or the whole unfolded input has at most UNFOLD_LIMIT elements.
 UNFOLD_CHANNELS = 24
 UNFOLD_LIMIT = 2 ** 20
 #: Largest unfolded input (elements) built at once: more examples are taken in chunks (memory stays bounded).
