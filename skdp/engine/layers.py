@@ -241,46 +241,79 @@ class _stacker:
 
 
 # nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
+#: Cancellation (review_s38 F1). An example's squared norm computed from a sum whose terms' magnitudes add up
+#: to E (the ghost norm's sum_{t,s} (a_t . a_s)(g_t . g_s), or its share of a clipped sum recomputed from a and
+#: g over the tokens) carries a rounding error of about eps E (eps: the dtype's unit roundoff), times a factor that
+#: grows slowly with the number of terms. A record whose terms cancel (a large offset through a per-channel
+#: normalisation: sum_t g_t = 0) makes E dwarf its norm, and its float32 norm, or its share of the sum, can then
+#: be off by any factor: its contribution was measured at 5 C. Such a sum is trusted only while
+#: eps E <= _CANCELLATION x (the norm it gives); the other examples' gradients are instantiated, and each gives
+#: both its norm and its share of the clipped sum, so that its contribution is at most C whatever the rounding.
+_CANCELLATION = 1e-4
+
+
+def _untrusted(norm_sq, magnitude):
+    """Indices of the examples whose ``norm_sq``, summed from terms of total magnitude ``magnitude``, may have
+    cancelled beyond ``_CANCELLATION`` (NaN and infinite values included)."""
+    trusted = magnitude * torch.finfo(norm_sq.dtype).eps <= _CANCELLATION * norm_sq
+    return torch.nonzero(~trusted).squeeze(1)
+
+
+# nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
 @register(nn.Linear, nn.modules.linear.NonDynamicallyQuantizableLinear, stack=_stacker(1, 1))
 def linear_rule(module, a, g):
     B, d, p = a.shape[0], a.shape[-1], g.shape[-1]
     use_w, use_b = _trainable(module.weight), _trainable(module.bias)
     norm_sq = a.new_zeros(B)
-    kept = None
+    kept = exact = None
     if a.dim() == 2:
         g_sq = g.pow(2).sum(1)
         if use_w:
             norm_sq += a.pow(2).sum(1) * g_sq  # ||a g^T||_F = ||a|| ||g|| for one token
         if use_b:
             norm_sq += g_sq
-        a2, g2 = a, g
+        a2, g2, g_bias = a, g, g
     else:
         a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
         if use_w:
             if _ghost_is_cheaper(a3.shape[1], d, p):
                 # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices.
-                norm_sq += (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(g3, g3.transpose(1, 2))).sum((1, 2))
+                w_sq = (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(g3, g3.transpose(1, 2))).sum((1, 2))
             else:
                 per_example = torch.einsum("btp,btd->bpd", g3, a3)
-                norm_sq += per_example.pow(2).sum((1, 2))
+                w_sq = per_example.pow(2).sum((1, 2))
                 # Kept for the clipped sum when small: sum_b s_b G_b costs B p d instead of the
                 # B T p d of recomputing it from a and g (T times less); kept only up to
                 # _KEEP_PER_EXAMPLE elements, since every layer's copy lives until the clipping.
                 if per_example.numel() <= _KEEP_PER_EXAMPLE:
                     kept = per_example
+            if kept is None:
+                # The ghost norm, or the recomputed sum, adds terms of magnitude up to
+                # E_b = (sum_t ||a_t|| ||g_t||)^2 (Cauchy-Schwarz): examples where they cancel are instantiated.
+                rows = _untrusted(w_sq, (a3.norm(dim=2) * g3.norm(dim=2)).sum(1).pow(2))
+                if rows.numel():
+                    exact = (rows, torch.einsum("btp,btd->bpd", g3[rows], a3[rows]))
+                    w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2)))
+            norm_sq += w_sq
+        # One vector gives the bias's norm and its share of the clipped sum, even where its tokens cancel.
+        g_bias = g3.sum(1) if use_b else None
         if use_b:
-            norm_sq += g3.sum(1).pow(2).sum(1)
+            norm_sq += g_bias.pow(2).sum(1)
         a2, g2 = a3, g3
 
     def clipped(scale):
-        gs = g2 * scale.view(-1, *([1] * (g2.dim() - 1)))
         out = []
         if use_w and kept is not None:
             out.append((module.weight, torch.tensordot(scale.to(kept.dtype), kept, dims=1)))
         elif use_w:
-            out.append((module.weight, gs.reshape(-1, p).t() @ a2.reshape(-1, d)))
+            # The instantiated examples take no share of the recomputed sum: theirs comes from their gradients.
+            s = scale if exact is None else scale.index_fill(0, exact[0], 0)
+            w = (g2 * s.view(-1, *([1] * (g2.dim() - 1)))).reshape(-1, p).t() @ a2.reshape(-1, d)
+            if exact is not None:
+                w = w + torch.tensordot(scale[exact[0]].to(w.dtype), exact[1], dims=1)
+            out.append((module.weight, w))
         if use_b:
-            out.append((module.bias, gs.reshape(-1, p).sum(0)))
+            out.append((module.bias, scale.to(g_bias.dtype) @ g_bias))
         return out
 
     return norm_sq, clipped
@@ -379,7 +412,7 @@ def conv_rule(module, a, g):
     geo = _ConvGeometry(module, a)
     g_flat = g.reshape(B, O, -1)                      # (B, O, T)
     norm_sq = a.new_zeros(B)
-    per_example = None
+    per_example = exact = None
     if use_w:
         T = g_flat.shape[-1]
         D, P = module.weight[0].numel(), O // G
@@ -389,7 +422,14 @@ def conv_rule(module, a, g):
             gg = g_flat.reshape(B, G, P, T)
             aa = torch.einsum("bgdt,bgds->bgts", cols, cols)
             gg2 = torch.einsum("bgot,bgos->bgts", gg, gg)
-            norm_sq += (aa * gg2).sum((1, 2, 3))
+            w_sq = (aa * gg2).sum((1, 2, 3))
+            # Terms of magnitude up to E_b = sum_g (sum_t ||c_t|| ||g_t||)^2: where they cancel (and in the
+            # clipped sum's convolution), the example's gradient is instantiated instead (see _CANCELLATION).
+            rows = _untrusted(w_sq, (cols.norm(dim=2) * gg.norm(dim=2)).sum(2).pow(2).sum(1))
+            if rows.numel():
+                exact = (rows, _ConvGeometry(module, a[rows]).per_example_weight(module, g[rows]).reshape(-1, G, P, D))
+                w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2, 3)))
+            norm_sq += w_sq
         else:
             per_example = geo.per_example_weight(module, g).reshape(B, G, P, D)
             norm_sq += per_example.pow(2).sum((1, 2, 3))
@@ -403,7 +443,10 @@ def conv_rule(module, a, g):
             if per_example is not None:
                 w = torch.einsum("b,bgod->god", scale, per_example).reshape(module.weight.shape)
             else:
-                w = geo.clipped_weight(module, g, scale)
+                # The instantiated examples take no share of the convolution: theirs comes from their gradients.
+                w = geo.clipped_weight(module, g, scale if exact is None else scale.index_fill(0, exact[0], 0))
+                if exact is not None:
+                    w = w + torch.einsum("b,bgod->god", scale[exact[0]], exact[1]).reshape(module.weight.shape)
             out.append((module.weight, w))
         if use_b:
             out.append((module.bias, scale @ g_bias))
