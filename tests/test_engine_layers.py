@@ -205,6 +205,7 @@ def test_conv_rule_chooses_by_channels_per_group():
     assert not _unfold_is_cheaper(256, 1, 16, 144, 196)  # 16 channels fill oneDNN's blocks: grouped convolution
     assert _unfold_is_cheaper(4, 1, 16, 144, 196)  # ... unless the whole input is small
     assert not _unfold_is_cheaper(256, 1, 25, 225, 196)  # beyond the measured channels: grouped convolution
+    assert not _unfold_is_cheaper(256, 1, 1, 25, 576, "cuda")  # measured on CPU only: elsewhere, the size rule
 
 
 @pytest.mark.parametrize("name", ["transformer_encoder", "lstm"])
