@@ -82,3 +82,97 @@ def test_an_offset_records_contribution_stays_within_C(monkeypatch, name):
         finally:
             clipper.remove()
     assert worst <= 1 + 1e-3, f"a record moved the clipped sum by {worst:.4f} C"
+
+
+# Review s38b F-A: records tuned to sit just under the guard (E / ns just below its threshold). The float32 Gram
+# matrices' rounding grows with the inner length d: at in_features 4096 the ghost norm under-counted such a record
+# by up to 0.4 %. A siamese Linear (one layer called on two inputs whose outputs are subtracted: g_2 = -g_1, the
+# calls stacked into T = 2 tokens, the ghost branch) meets these records with no normalisation at all.
+def test_records_just_under_the_guard_stay_within_C():
+    d, p, C = 4096, 64, 1.0
+    lin = nn.Linear(d, p, bias=False)
+    thr = layers._CANCELLATION / torch.finfo(torch.float32).eps      # 839: the largest E / ns trusted
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for _ in range(100):
+        v = torch.full((d,), float(10 ** (3 * torch.rand(1, generator=gen))))   # a constant offset ...
+        delta = torch.sign(torch.randn(d, generator=gen))                         # ... and a +-1 pattern
+        delta = delta / delta.norm() * 2 * v.norm() / (0.99 * thr) ** 0.5        # E / ns = 0.99 x 839
+        g1 = torch.randn(p, generator=gen)
+        a = torch.stack([v + delta / 2, v - delta / 2]).unsqueeze(0)              # (1, T=2, d)
+        g = torch.stack([g1, -g1]).unsqueeze(0)                                   # sum_t g_t = 0
+        with torch.no_grad():
+            norm_sq, clipped = layers.linear_rule(lin, a, g)
+            share = clipped((C / (norm_sq.sqrt() + 1e-6)).clamp(max=1.0))[0][1]
+        worst = max(worst, float(share.double().norm()) / C)
+    assert worst <= 1 + 1e-3, f"a record moved the clipped sum by {worst:.5f} C"
+
+
+def test_records_just_under_the_guard_stay_within_C_on_the_float64_path():
+    # The wide path (a lot holding a record whose float32 norm or loss is not finite, a NaN) runs the rules in
+    # float64 on float32 data: the guard trusts E / ns up to 1e-4 / eps64 = 4.5e11 there, and the same rounding
+    # growth with d under-counts a record at in_features 65536 by up to 2.6 %.
+    d, p, C = 2 ** 16, 64, 1.0
+    lin = nn.Linear(d, p, bias=False).double()
+    thr = layers._CANCELLATION / torch.finfo(torch.float64).eps
+    gen = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for i in range(20):
+        v = torch.full((d,), float(10 ** (3 * torch.rand(1, generator=gen))), dtype=torch.float64)
+        delta = torch.randn(d, generator=gen, dtype=torch.float64)
+        delta = delta / delta.norm() * 2 * v.norm() / (0.9 * thr) ** 0.5
+        a = torch.stack([v + delta / 2, v - delta / 2]).unsqueeze(0).float().double()  # float32 data, widened
+        g1 = torch.randn(p, generator=gen).double()
+        g = torch.stack([g1, -g1]).unsqueeze(0)
+        with torch.no_grad():
+            norm_sq, clipped = layers.linear_rule(lin, a, g)
+            share = clipped((C / (norm_sq.sqrt() + 1e-6)).clamp(max=1.0))[0][1]
+        worst = max(worst, float(share.norm()) / C)
+    assert worst <= 1 + 1e-3, f"a record moved the clipped sum by {worst:.5f} C"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_models_are_refused_before_any_release(dtype):
+    # Review s38b F-B: norms, clipping and noise in half precision round a record's contribution past C (a bf16
+    # MLP's record moved the clipped sum by 1.008 C). The module check refuses trainable half-precision
+    # parameters by name, before the first clipped step, on every clipping path.
+    from skdp.engine import DPSGDEngine, check_module
+    from skdp.exceptions import UnsupportedModuleError
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3)).to(dtype)
+    for clipping in ("auto", "ghost", "vmap"):
+        report = check_module(model, clipping)
+        assert report.paths() == {"0": "refused", "2": "refused"}
+        assert "float32" in report.refusals[0].reason and str(dtype) in report.refusals[0].reason
+        X, y = torch.randn(4, 8).to(dtype), torch.arange(4) % 3
+        with pytest.raises(UnsupportedModuleError, match="float32"):
+            engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=4,
+                                 generator=torch.Generator().manual_seed(0), clipping=clipping)
+            engine.private_gradients(lambda f, X, y: F.cross_entropy(f(X).float(), y, reduction="none"), (X, y))
+        assert all(p.grad is None for p in model.parameters())  # nothing released
+
+
+def test_the_rules_run_in_full_float32_whatever_the_users_precision(monkeypatch):
+    # Review s38b F-D: TF32 (cuDNN's default for convolutions on CUDA, or set_float32_matmul_precision("high"))
+    # rounds a norm and its share of the sum differently (1.008 C emulated). The rules run with TF32 off; the
+    # user's settings are restored after. (No GPU here: the flags are what is checked.)
+    seen = []
+    rule = layers.linear_rule
+
+    def spy(module, a, g):
+        seen.append((torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32))
+        return rule(module, a, g)
+
+    monkeypatch.setitem(layers.LAYER_RULES, nn.Linear, spy)
+    torch.set_float32_matmul_precision("high")
+    cudnn = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        model = nn.Sequential(nn.Linear(4, 3))
+        clipper = make_clipper(model, "ghost")
+        clipper.clipped_sum(_ce, (torch.randn(6, 4), torch.arange(6) % 3), 1.0)
+        clipper.remove()
+        assert seen and seen[-1] == ("highest", False)  # the released pass (the first-lot probe only compares)
+        assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = cudnn

@@ -240,23 +240,42 @@ class _stacker:
                 torch.cat([self._flat(g, self.g_features) for _, g in calls], 1))
 
 
-# nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
-#: Cancellation (review_s38 F1). An example's squared norm computed from a sum whose terms' magnitudes add up
-#: to E (the ghost norm's sum_{t,s} (a_t . a_s)(g_t . g_s), or its share of a clipped sum recomputed from a and
-#: g over the tokens) carries a rounding error of about eps E (eps: the dtype's unit roundoff), times a factor that
-#: grows slowly with the number of terms. A record whose terms cancel (a large offset through a per-channel
-#: normalisation: sum_t g_t = 0) makes E dwarf its norm, and its float32 norm, or its share of the sum, can then
-#: be off by any factor: its contribution was measured at 5 C. Such a sum is trusted only while
-#: eps E <= _CANCELLATION x (the norm it gives); the other examples' gradients are instantiated, and each gives
-#: both its norm and its share of the clipped sum, so that its contribution is at most C whatever the rounding.
+#: Cancellation (review_s38 F1, s38b F-A). An example's squared norm computed from a sum whose terms' magnitudes
+#: add up to E (the ghost norm's sum_{t,s} (a_t . a_s)(g_t . g_s), or its share of a clipped sum recomputed from
+#: a and g over the tokens) carries a rounding error of up to about n eps E (n terms accumulated, eps the unit
+#: roundoff). A record whose terms cancel (a large offset through a per-channel normalisation, or a layer called
+#: twice whose outputs are subtracted) makes E dwarf its norm, and its float32 norm, or its share of the sum, can
+#: then be off by any factor: its contribution was measured at 5 C. Hence:
+#:
+#: - the ghost norms' Gram matrices are computed in float64 (_WIDE), where a product of two float32 values is
+#:   exact and n eps64 E stays far below the norm (n: the Gram's inner length plus its number of entries);
+#: - the share of a sum recomputed in the working dtype (error about eps sqrt(E ns) per example) is trusted while
+#:   eps E <= _CANCELLATION ns;
+#: - examples failing either bound get their per-example gradients instantiated, and each gives both its norm
+#:   and its share of the clipped sum, so that its contribution is at most C whatever the rounding.
 _CANCELLATION = 1e-4
+_WIDE = torch.float64
 
 
-def _untrusted(norm_sq, magnitude):
-    """Indices of the examples whose ``norm_sq``, summed from terms of total magnitude ``magnitude``, may have
-    cancelled beyond ``_CANCELLATION`` (NaN and infinite values included)."""
-    trusted = magnitude * torch.finfo(norm_sq.dtype).eps <= _CANCELLATION * norm_sq
+def _untrusted(norm_sq, magnitude, error):
+    """Indices of the examples whose ``norm_sq`` may be off by more than ``_CANCELLATION`` of itself, when
+    ``error * magnitude`` bounds its rounding error (NaN and infinite values included)."""
+    trusted = magnitude * error <= _CANCELLATION * norm_sq
     return torch.nonzero(~trusted).squeeze(1)
+
+
+def _ghost_norm_sq(aa, gg, inner, work_dtype):
+    """Squared ghost norms from the float64 Gram matrices ``aa``, ``gg`` of shape (B, ..., T, T) (one per example
+    and group) whose entries are inner products of length at most ``inner``: the norms in ``work_dtype``, and the
+    rows not to trust (the terms' magnitude E_b = sum over groups of (sum_t ||a_t|| ||g_t||)^2, from the
+    diagonals, against both bounds of _CANCELLATION)."""
+    B = aa.shape[0]
+    norm_sq = (aa * gg).reshape(B, -1).sum(1)
+    norms = (aa.diagonal(dim1=-2, dim2=-1) * gg.diagonal(dim1=-2, dim2=-1)).clamp(min=0).sqrt()
+    magnitude = norms.sum(-1).pow(2).reshape(B, -1).sum(1)
+    terms = inner + (aa[0].numel() if B else 0)
+    error = max(terms * torch.finfo(aa.dtype).eps, torch.finfo(work_dtype).eps)
+    return norm_sq.to(work_dtype), _untrusted(norm_sq, magnitude, error)
 
 
 # nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
@@ -276,9 +295,12 @@ def linear_rule(module, a, g):
     else:
         a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
         if use_w:
+            rows = None
             if _ghost_is_cheaper(a3.shape[1], d, p):
-                # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices.
-                w_sq = (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(g3, g3.transpose(1, 2))).sum((1, 2))
+                # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices (float64).
+                wa, wg = a3.to(_WIDE), g3.to(_WIDE)
+                w_sq, rows = _ghost_norm_sq(torch.bmm(wa, wa.transpose(1, 2)), torch.bmm(wg, wg.transpose(1, 2)),
+                                            d + p, a.dtype)
             else:
                 per_example = torch.einsum("btp,btd->bpd", g3, a3)
                 w_sq = per_example.pow(2).sum((1, 2))
@@ -287,13 +309,14 @@ def linear_rule(module, a, g):
                 # _KEEP_PER_EXAMPLE elements, since every layer's copy lives until the clipping.
                 if per_example.numel() <= _KEEP_PER_EXAMPLE:
                     kept = per_example
-            if kept is None:
-                # The ghost norm, or the recomputed sum, adds terms of magnitude up to
-                # E_b = (sum_t ||a_t|| ||g_t||)^2 (Cauchy-Schwarz): examples where they cancel are instantiated.
-                rows = _untrusted(w_sq, (a3.norm(dim=2) * g3.norm(dim=2)).sum(1).pow(2))
-                if rows.numel():
-                    exact = (rows, torch.einsum("btp,btd->bpd", g3[rows], a3[rows]))
-                    w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2)))
+                else:
+                    # The recomputed sum adds terms of magnitude up to E_b = (sum_t ||a_t|| ||g_t||)^2
+                    # (Cauchy-Schwarz): where they cancel, the examples are instantiated (see _CANCELLATION).
+                    magnitude = (a3.norm(dim=2) * g3.norm(dim=2)).sum(1).pow(2)
+                    rows = _untrusted(w_sq, magnitude, torch.finfo(a.dtype).eps)
+            if rows is not None and rows.numel():
+                exact = (rows, torch.einsum("btp,btd->bpd", g3[rows], a3[rows]))
+                w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2)))
             norm_sq += w_sq
         # One vector gives the bias's norm and its share of the clipped sum, even where its tokens cancel.
         g_bias = g3.sum(1) if use_b else None
@@ -420,14 +443,12 @@ def conv_rule(module, a, g):
         D, P = module.weight[0].numel(), O // G
         if _ghost_is_cheaper(T, D, P):
             # ||sum_t g_t c_t^T||^2 = sum_{t,s} (c_t . c_s)(g_t . g_s) per group, c_t the unfolded patch.
-            cols = geo.unfold().reshape(B, G, D, T)
-            gg = g_flat.reshape(B, G, P, T)
-            aa = torch.einsum("bgdt,bgds->bgts", cols, cols)
-            gg2 = torch.einsum("bgot,bgos->bgts", gg, gg)
-            w_sq = (aa * gg2).sum((1, 2, 3))
-            # Terms of magnitude up to E_b = sum_g (sum_t ||c_t|| ||g_t||)^2: where they cancel (and in the
-            # clipped sum's convolution), the example's gradient is instantiated instead (see _CANCELLATION).
-            rows = _untrusted(w_sq, (cols.norm(dim=2) * gg.norm(dim=2)).sum(2).pow(2).sum(1))
+            # (Gram matrices in float64; where the terms cancel, in the norm or in the clipped sum's
+            # convolution, the example's gradient is instantiated instead: see _CANCELLATION.)
+            cols = geo.unfold().reshape(B, G, D, T).to(_WIDE)
+            gg = g_flat.reshape(B, G, P, T).to(_WIDE)
+            w_sq, rows = _ghost_norm_sq(torch.einsum("bgdt,bgds->bgts", cols, cols),
+                                        torch.einsum("bgot,bgos->bgts", gg, gg), D + P, a.dtype)
             if rows.numel():
                 exact = (rows, _ConvGeometry(module, a[rows]).per_example_weight(module, g[rows]).reshape(-1, G, P, D))
                 w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2, 3)))
