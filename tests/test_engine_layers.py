@@ -208,6 +208,16 @@ def test_conv_rule_chooses_by_channels_per_group():
     assert not _unfold_is_cheaper(256, 1, 1, 25, 576, "cuda")  # measured on CPU only: elsewhere, the size rule
 
 
+@pytest.mark.parametrize("name", ["conv1d", "conv3d", "conv2d_dilated_strided", "transformer_encoder", "lstm",
+                                  "embedding_layernorm_called_twice"])
+@pytest.mark.parametrize("ghost", [True, False])
+def test_rules_match_the_reference_on_either_side_of_the_cost_model(monkeypatch, name, ghost):
+    # Ghost norms (float64 Gram matrices) or instantiated per-example gradients, whatever the shapes: the same sums.
+    import skdp.engine.layers as layers
+    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: ghost)
+    test_rule_matches_the_one_example_at_a_time_reference(name)
+
+
 @pytest.mark.parametrize("name", ["transformer_encoder", "lstm"])
 def test_linear_rule_without_the_kept_per_example_gradients(monkeypatch, name):
     # The Linear rule keeps small per-example gradients from the norm for the clipped sum; the
