@@ -214,9 +214,11 @@ _KEEP_PER_EXAMPLE = 1 << 24
 
 
 #: The ghost norm's cost per multiply-add against the per-example gradient's: its Gram matrices are float64 (see
-#: _CANCELLATION). Fitted on benchmarks/results/dpsgd_layer_rules.md (1 and 2 threads): 4 picks the faster way in
-#: 70 of 80 cells, 1 (the float32 Grams' factor) in 58.
-GHOST_COST = 4
+#: _CANCELLATION). On the layer grid of benchmarks/results/dpsgd_layer_rules.md (batch 64), 2 picks the faster way
+#: in 66 of 80 cells and 4 in 70, against 58 for 1 (the float32 Grams' factor); on whole DP steps at batch 256,
+#: where a large instantiated gradient is memory-bound, 2 was best (an LSTM 1.76x its plain step against 2.43x at
+#: 4; a TransformerEncoder 1.67x against 1.75x).
+GHOST_COST = 2
 
 
 def _ghost_is_cheaper(T, d, p):
