@@ -171,8 +171,30 @@ class ModuleCheck(list):
         raise UnsupportedModuleError(self.message())
 
 
-#: Parameter dtypes DP-SGD refuses to train.
+#: Parameter dtypes DP-SGD refuses to train (review s38b F-B): per-example norms, clipping and noise in half
+#: precision round a record's contribution past the bound (1.008 C measured in bfloat16), on every clipping path.
 _LOW = (torch.float16, torch.bfloat16)
+
+
+def _low_precision(params):
+    """Why ``params`` cannot be trained privately in their dtype (a sentence), or "" when they can."""
+    low = sorted({str(p.dtype) for p in params if p.requires_grad and p.dtype in _LOW})
+    if not low:
+        return ""
+    return (f"trains parameters in {', '.join(low)}: per-example norms, clipping and noise in half precision "
+            "round a record's contribution past the clipping bound; train in float32 (model.float())")
+
+
+def check_precision(module):
+    """Raise ``UnsupportedModuleError`` when ``module`` trains half-precision parameters.
+
+    ``check_module`` refuses them before the first clipped step; the clippers also call this on every lot, since
+    a model converted after that check (``model.to(torch.bfloat16)``) would otherwise train and release
+    (review s38c G1).
+    """
+    low = _low_precision(module.parameters())
+    if low:
+        raise UnsupportedModuleError(f"The module {low}.")
 
 
 def check_module(module, clipping="auto"):
@@ -237,13 +259,9 @@ def check_module(module, clipping="auto"):
         layers.append((name, sub))
     for name, sub in layers:
         kind = type(sub).__name__
-        low = sorted({str(p.dtype) for p in sub.parameters(recurse=False) if p.requires_grad and p.dtype in _LOW})
+        low = _low_precision(sub.parameters(recurse=False))
         if low:
-            # Review s38b F-B: norms, clipping and noise in half precision round a record's contribution past
-            # the bound (1.008 C measured in bfloat16), whatever the clipping path.
-            rows.append(LayerCheck(name, kind, "refused", f"trains parameters in {', '.join(low)}: per-example norms, "
-                                   "clipping and noise in half precision round a record's contribution past the "
-                                   "clipping bound; train in float32 (model.float())"))
+            rows.append(LayerCheck(name, kind, "refused", low))
             continue
         rule = lookup(sub)
         shared = sorted({other for p in sub.parameters(recurse=False) if p.requires_grad

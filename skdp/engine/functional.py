@@ -20,6 +20,8 @@ import warnings
 import torch
 from torch.func import functional_call, grad, vmap
 
+from .checker import check_precision
+from .layers import full_float32
 from .validators import check_dp_compatible
 
 
@@ -62,6 +64,7 @@ class FunctionalClipper:
         # so there is nothing to probe.
         module = self.module
         check_dp_compatible(module)  # train/eval modes may have changed since construction
+        check_precision(module)  # ... and the dtypes (half precision is refused: checker._LOW)
         named = dict(module.named_parameters())
         params = {k: p.detach() for k, p in named.items() if p.requires_grad}
         frozen = {k: p.detach() for k, p in named.items() if not p.requires_grad}
@@ -110,6 +113,11 @@ class FunctionalClipper:
             else:
                 grads = {k: p.new_zeros((0, *p.shape)) for k, p in params.items()}
                 losses = inputs[0].new_zeros(0, dtype=torch.float32)
+        with full_float32():  # the norms and the contraction rounded alike (TF32 off)
+            return self._clip(named, grads, losses, max_grad_norm)
+
+    @staticmethod
+    def _clip(named, grads, losses, max_grad_norm):
         flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], dim=1)
         norms = flat.norm(dim=1)
         if bool(torch.isfinite(norms + losses.to(norms.dtype)).all()):

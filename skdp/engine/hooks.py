@@ -46,7 +46,6 @@ not finite (NaN/inf in its loss, activations or gradient) gets scale 0 with
 its rows of ``a`` and ``g`` zeroed before the contraction, so it contributes
 exactly zero rather than 0 x inf = NaN.
 """
-import contextlib
 import copy
 import math
 
@@ -54,8 +53,8 @@ import torch
 from torch import nn
 
 from ..exceptions import UnsupportedModelError
-from .checker import check_module
-from .layers import lookup
+from .checker import check_module, check_precision
+from .layers import full_float32, lookup
 from .validators import check_dp_compatible
 
 
@@ -100,22 +99,6 @@ def _layers_with_params(module):
 
 def _zero_rows(x, keep):
     return torch.where(keep.view(-1, *([1] * (x.dim() - 1))), x, x.new_zeros(()))
-
-
-@contextlib.contextmanager
-def _full_float32():
-    """The rules' arithmetic in full float32 (review_s38b F-D): under TF32 (cuDNN's default for convolutions,
-    or ``torch.set_float32_matmul_precision("high")``) a norm and its share of the clipped sum are rounded
-    differently, and a record built for it passes the clipping bound. The forward and backward keep the user's
-    settings; the previous ones are restored after."""
-    precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(precision)
-        torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
 def _apply_rules(layers, n, dtype):
@@ -325,6 +308,7 @@ class HookClipper:
         sees at least two examples whatever the piece size.
         """
         check_dp_compatible(self.module)  # train/eval modes may have changed since construction
+        check_precision(self.module)  # ... and the dtypes (a model converted to half precision since)
         n = inputs[0].shape[0]
         probe = inputs if probe_inputs is None else probe_inputs
         m = min(probe[0].shape[0], _PROBE_ROWS)
@@ -338,7 +322,7 @@ class HookClipper:
         layers = self._merge_calls(used, grads)
         losses = losses.detach()
         dtype = layers[0][4].dtype if layers else losses.dtype
-        with _full_float32():
+        with full_float32():
             norm_sq, pending = _apply_rules(layers, n, dtype)
             if bool(torch.isfinite(norm_sq + losses.to(dtype)).all()):  # the fast path: one check per lot
                 norms = norm_sq.sqrt()

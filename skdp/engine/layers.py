@@ -27,8 +27,10 @@ by exact type, then Opacus's registered grad samplers (per-example gradients
 of one layer, when Opacus is installed). Each provider returns a ``Rule`` or
 None; the vmap path takes what none of them covers.
 """
+import contextlib
 from dataclasses import dataclass
 import math
+import threading
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -264,6 +266,36 @@ class _stacker:
 _CANCELLATION = 1e-4
 _WIDE = torch.float64
 
+#: The per-backend float32 precision settings (torch's fp32_precision API): TF32 or bfloat16 there would round
+#: a norm and its share of the sum differently.
+_PRECISION_LEAVES = tuple(leaf for leaf in (
+    torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn,
+    torch.backends.mkldnn.matmul, torch.backends.mkldnn.conv, torch.backends.mkldnn.rnn)
+    if hasattr(leaf, "fp32_precision"))
+#: One rules pass at a time: the settings are process-global (review s38c G4).
+_PRECISION_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def full_float32():
+    """Run the rules' arithmetic in full float32 (review s38b F-D, s38c G3/G4).
+
+    Under TF32 (cuDNN's default for convolutions on CUDA, ``torch.set_float32_matmul_precision("high")``) or a
+    bfloat16 oneDNN setting, a norm and its share of the clipped sum are rounded differently, and a record built
+    for it passes the clipping bound. Every per-backend setting is "ieee" inside (whichever of torch's precision
+    APIs the user set it with), under one lock; the user's settings are restored after. The forward and
+    backward keep them.
+    """
+    with _PRECISION_LOCK:
+        saved = [(leaf, leaf.fp32_precision) for leaf in _PRECISION_LEAVES]
+        try:
+            for leaf, _ in saved:
+                leaf.fp32_precision = "ieee"
+            yield
+        finally:
+            for leaf, value in saved:
+                leaf.fp32_precision = value
+
 
 def _untrusted(norm_sq, magnitude, error):
     """Indices of the examples whose ``norm_sq`` may be off by more than ``_CANCELLATION`` of itself, when
@@ -294,11 +326,13 @@ def linear_rule(module, a, g):
     norm_sq = a.new_zeros(B)
     kept = exact = None
     if a.dim() == 2:
-        g_sq = g.pow(2).sum(1)
+        # ||a g^T||_F = ||a|| ||g|| for one token, in float64: a tiny input's ||a||^2 would underflow to 0 in
+        # float32 while its gradient a g^T, with a huge g, does not (review s38c G2: 14 C).
+        g_norm = torch.linalg.vector_norm(g, dim=1, dtype=_WIDE)  # (cast before squaring: no underflow)
         if use_w:
-            norm_sq += a.pow(2).sum(1) * g_sq  # ||a g^T||_F = ||a|| ||g|| for one token
+            norm_sq += (torch.linalg.vector_norm(a, dim=1, dtype=_WIDE) * g_norm).pow(2).to(norm_sq.dtype)
         if use_b:
-            norm_sq += g_sq
+            norm_sq += g_norm.pow(2).to(norm_sq.dtype)
         a2, g2, g_bias = a, g, g
     else:
         a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
