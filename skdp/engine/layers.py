@@ -446,9 +446,10 @@ class _ConvGeometry:
     def per_example_weight(self, module, g):
         """Per-example weight gradients ``(B, O, C/G * prod(k))``.
 
-        Short patches or small inputs: unfold and contract over the output positions, in chunks of examples
-        of at most UNFOLD_CHUNK unfolded elements. Otherwise one convolution-weight gradient with the batch
-        folded into the groups (example b's channels only meet example b's filters).
+        Few input channels per group (off oneDNN's blocks of 8, on CPU) or small inputs: unfold and contract over
+        the output positions, in chunks of examples of at most UNFOLD_CHUNK unfolded elements. Otherwise one
+        convolution-weight gradient with the batch folded into the groups (example b's channels only meet
+        example b's filters).
         """
         a, B, O, G = self.a, self.a.shape[0], module.out_channels, self.groups
         D = module.weight[0].numel()
