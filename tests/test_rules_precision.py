@@ -4,6 +4,9 @@
 - G2: the one-token Linear norm ||a||^2 ||g||^2 is computed in float64 (it underflowed to 0 in float32).
 - G3: the rules run whichever of torch's precision APIs the user set TF32 with (the legacy getter raised).
 - G4: two threads clipping at once each run their rules in full float32, and the user's settings survive.
+- s38d H1: autocast (bfloat16) around the step or inside the forward does not reach the norms or the shares.
+- s38d H2: float64 norms and Gram matrices are taken of inputs rescaled by powers of two (no underflow).
+- s38d H3: on a torch without the fp32_precision API (< 2.9), the legacy TF32 flags are turned off instead.
 """
 import subprocess
 import sys
@@ -172,3 +175,136 @@ def test_the_rules_run_in_full_float32_whatever_the_users_precision(monkeypatch)
     finally:
         torch.set_float32_matmul_precision("highest")
         torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _flat(pairs, model):
+    got = {id(p): g for p, g in pairs}
+    return torch.cat([got[id(p)].double().flatten() if id(p) in got else torch.zeros(p.numel(), dtype=torch.float64)
+                      for p in model.parameters()])
+
+
+# H1: autocast reaches the clipped sum with float32 parameters (check_precision sees float32). The user wraps the
+# step in torch.autocast (the usual mixed-precision pattern): the hooks' probe refuses, "auto" takes the vmap path,
+# whose contraction then runs in bfloat16 beside float32 norms: 1.0031 C (MLP), 1.0038 C (CNN), released in bf16.
+@pytest.mark.parametrize("clipping", ["auto", "vmap"])
+def test_a_step_under_autocast_moves_the_clipped_sum_by_at_most_C(clipping):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3))
+    X, y = torch.randn(64, 64) * 3, torch.arange(64) % 3
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1e-9, expected_batch_size=1.0,
+                         generator=torch.Generator(), clipping=clipping)
+    engine.draw_noise_ahead = False
+
+    def release(X, y):  # the same (negligible) noise each time: the difference is the clipped sums'
+        engine.generator.manual_seed(0)
+        engine.private_gradients(_ce, (X, y))
+        return torch.cat([p.grad.double().flatten() for p in model.parameters()])
+
+    worst = 0.0
+    for i in range(4):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with_x = release(X, y)
+            without_x = release(torch.cat([X[:i], X[i + 1:]]), torch.cat([y[:i], y[i + 1:]]))
+        worst = max(worst, float((with_x - without_x).norm()))
+    engine.close()
+    assert worst <= 1 + 1e-3, f"a record moved the clipped sum by {worst:.5f} C"
+
+
+# H1': a forward that runs its layers under autocast (on a bf16 input) hands the hooks bf16 a and g; the first-lot
+# probe passes and the rules' norms and shares are bf16: 1.0043 C (MLP, ghost), released in bf16.
+class _AutocastForward(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.body(x.bfloat16()).float()
+
+
+def test_layers_run_under_autocast_are_clipped_to_C():
+    worst = 0.0
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = _AutocastForward(nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 3)))
+        X, y = torch.randn(64, 64) * 3, torch.arange(64) % 3
+        clipper = make_clipper(model, "ghost")
+        for i in range(4):
+            _, with_x, _ = clipper.clipped_sum(_ce, (X, y), 1.0)
+            _, without_x, _ = clipper.clipped_sum(_ce, (torch.cat([X[:i], X[i + 1:]]), torch.cat([y[:i], y[i + 1:]])), 1.0)
+            worst = max(worst, float((_flat(with_x, model) - _flat(without_x, model)).norm()))
+        clipper.remove()
+    assert worst <= 1 + 1e-3, f"a record moved the clipped sum by {worst:.5f} C"
+
+
+# H2: G2 in a float64 model. ||a||^2 (2-D Linear, torch's vector_norm does not rescale) and the ghost Grams a_t . a_s
+# (3-D Linear, conv) underflow in float64 as they did in float32: with flush-denormal on, a record with a ~1e-156
+# input and a ~1e154 output gradient gets norm 0, scale 1 and its whole gradient: 16 C (2-D), 5.1 C (4 tokens).
+@pytest.mark.parametrize("tokens, p, big", [(0, 1, 1e154), (4, 64, 1e152)])
+def test_a_float64_model_clips_a_tiny_input_with_a_huge_output_gradient(tokens, p, big):
+    def mse(m, X, y):
+        return (m(X).reshape(X.shape[0], -1).sum(1) - y).pow(2)
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        torch.manual_seed(0)
+        d, C = 64, 0.01
+        model = nn.Linear(d, p, bias=False).double()
+        X = torch.randn(32, *((tokens,) if tokens else ()), d, dtype=torch.float64) / d ** 0.5
+        y = torch.randn(32, dtype=torch.float64)
+        clipper = make_clipper(model, "ghost")
+        clipper.clipped_sum(mse, (X, y), C)
+        X[0], y[0] = 1e-156, big
+        _, with_x, _ = clipper.clipped_sum(mse, (X, y), C)
+        _, without_x, _ = clipper.clipped_sum(mse, (X[1:], y[1:]), C)
+        clipper.remove()
+        moved = float((with_x[0][1] - without_x[0][1]).norm()) / C
+    finally:
+        torch.set_flush_denormal(False)
+    assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
+
+
+# H3: setup.cfg allows torch>=2.1; the per-backend fp32_precision leaves exist from 2.9. On 2.1-2.8 (emulated:
+# the leaves removed from torch's backend modules) `import skdp` fails (AttributeError: module 'torch.backends.cudnn'
+# has no attribute 'conv'); with the leaves merely filtered out, full_float32 would do nothing and TF32 stay on.
+def test_full_float32_turns_tf32_off_on_a_torch_without_the_fp32_precision_leaves():
+    code = """
+import torch, torch.backends.cudnn, torch.backends.mkldnn
+for cls, names in ((type(torch.backends.cudnn), ("conv", "fp32_precision")),
+                   (type(torch.backends.mkldnn), ("matmul", "conv", "rnn", "fp32_precision"))):
+    for n in names:
+        if n in cls.__dict__:
+            delattr(cls, n)
+from skdp.engine.layers import full_float32
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+with full_float32():
+    inside = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+print(inside, (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)  # the flags are global
+    assert out.stdout.strip() == "(False, False) (True, True)", out.stderr[-300:]
+
+
+def test_a_float64_conv_ghost_clips_a_tiny_input_with_a_huge_output_gradient(monkeypatch):
+    # H2 on the conv ghost branch: float64 Grams of the unfolded patches underflowed (2.17 C).
+    def mse(m, X, y):
+        return (m(X).reshape(X.shape[0], -1).sum(1) - y).pow(2)
+    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: True)
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        torch.manual_seed(0)
+        C = 0.01
+        model = nn.Conv2d(8, 64, 3, bias=False).double()
+        X, y = torch.randn(16, 8, 6, 6, dtype=torch.float64) / 8, torch.randn(16, dtype=torch.float64)
+        clipper = make_clipper(model, "ghost")
+        clipper.clipped_sum(mse, (X, y), C)
+        X[0], y[0] = 1e-156, 1e151
+        _, with_x, _ = clipper.clipped_sum(mse, (X, y), C)
+        _, without_x, _ = clipper.clipped_sum(mse, (X[1:], y[1:]), C)
+        clipper.remove()
+        moved = float((with_x[0][1] - without_x[0][1]).norm()) / C
+    finally:
+        torch.set_flush_denormal(False)
+    assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"

@@ -97,6 +97,11 @@ def _layers_with_params(module):
             yield name, sub
 
 
+def _widen(x):
+    """``x`` in float32 when it is a half-precision tensor (as autocast makes them), else ``x`` itself."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def _zero_rows(x, keep):
     return torch.where(keep.view(-1, *([1] * (x.dim() - 1))), x, x.new_zeros(()))
 
@@ -319,7 +324,9 @@ class HookClipper:
         losses, used = self._forward(per_example_loss, inputs)
         self._check_example_dim(losses, used, n)
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
-        layers = self._merge_calls(used, grads)
+        # Half-precision activations or gradients (layers run under autocast) are widened: the rules' norms and
+        # shares come out in float32 (review s38d H1: in bfloat16 they passed C by 0.4 %).
+        layers = [(name, sub, rule, _widen(a), _widen(g)) for name, sub, rule, a, g in self._merge_calls(used, grads)]
         losses = losses.detach()
         dtype = layers[0][4].dtype if layers else losses.dtype
         with full_float32():

@@ -266,35 +266,59 @@ class _stacker:
 _CANCELLATION = 1e-4
 _WIDE = torch.float64
 
-#: The per-backend float32 precision settings (torch's fp32_precision API): TF32 or bfloat16 there would round
-#: a norm and its share of the sum differently.
-_PRECISION_LEAVES = tuple(leaf for leaf in (
-    torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn,
-    torch.backends.mkldnn.matmul, torch.backends.mkldnn.conv, torch.backends.mkldnn.rnn)
-    if hasattr(leaf, "fp32_precision"))
+def _precision_leaves():
+    """The per-backend float32 precision settings of torch's fp32_precision API (torch >= 2.9), or () when any is
+    missing (the legacy TF32 flags then)."""
+    found = []
+    for path in ("cuda.matmul", "cudnn.conv", "cudnn.rnn", "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn"):
+        leaf = torch.backends
+        for part in path.split("."):
+            leaf = getattr(leaf, part, None)
+        if leaf is None or not hasattr(leaf, "fp32_precision"):
+            return ()
+        found.append(leaf)
+    return tuple(found)
+
+
+#: TF32 or bfloat16 in these settings would round a norm and its share of the sum differently.
+_PRECISION_LEAVES = _precision_leaves()
 #: One rules pass at a time: the settings are process-global (review s38c G4).
 _PRECISION_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
-def full_float32():
-    """Run the rules' arithmetic in full float32 (review s38b F-D, s38c G3/G4).
-
-    Under TF32 (cuDNN's default for convolutions on CUDA, ``torch.set_float32_matmul_precision("high")``) or a
-    bfloat16 oneDNN setting, a norm and its share of the clipped sum are rounded differently, and a record built
-    for it passes the clipping bound. Every per-backend setting is "ieee" inside (whichever of torch's precision
-    APIs the user set it with), under one lock; the user's settings are restored after. The forward and
-    backward keep them.
-    """
-    with _PRECISION_LOCK:
+def _settings_ieee():
+    if _PRECISION_LEAVES:
         saved = [(leaf, leaf.fp32_precision) for leaf in _PRECISION_LEAVES]
-        try:
-            for leaf, _ in saved:
-                leaf.fp32_precision = "ieee"
-            yield
-        finally:
-            for leaf, value in saved:
-                leaf.fp32_precision = value
+        restore = lambda: [setattr(leaf, "fp32_precision", value) for leaf, value in saved]  # noqa: E731
+        for leaf, _ in saved:
+            leaf.fp32_precision = "ieee"
+    else:  # torch < 2.9: the legacy TF32 flags (review s38d H3)
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        restore = lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", saved[0]),  # noqa: E731
+                           setattr(torch.backends.cudnn, "allow_tf32", saved[1]))
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        restore()
+
+
+@contextlib.contextmanager
+def full_float32():
+    """Run the rules' arithmetic in full float32 (reviews s38b F-D, s38c G3/G4, s38d H1/H3).
+
+    Under TF32 (cuDNN's default for convolutions on CUDA, ``torch.set_float32_matmul_precision("high")``), a
+    bfloat16 oneDNN setting or autocast, a norm and its share of the clipped sum are rounded differently, and a
+    record built for it passes the clipping bound. Inside, every per-backend setting is "ieee" (whichever of
+    torch's precision APIs the user set it with; the legacy TF32 flags on torch < 2.9) and autocast is off,
+    under one lock; the user's settings are restored after. The forward and backward keep them.
+    """
+    with _PRECISION_LOCK, _settings_ieee(), contextlib.ExitStack() as stack:
+        stack.enter_context(torch.autocast("cpu", enabled=False))
+        if torch.cuda.is_available():
+            stack.enter_context(torch.autocast("cuda", enabled=False))
+        yield
 
 
 def _untrusted(norm_sq, magnitude, error):
@@ -304,18 +328,42 @@ def _untrusted(norm_sq, magnitude, error):
     return torch.nonzero(~trusted).squeeze(1)
 
 
-def _ghost_norm_sq(aa, gg, inner, work_dtype):
+def _pow2_scaled(x):
+    """``x`` divided, per example (dim 0), by the power of two at its largest magnitude, and those powers (B,).
+
+    Exact (a division by a power of two), and the result's squares and inner products neither underflow nor
+    overflow: a float64 input of 1e-156 beside an output gradient of 1e154 had ||a||^2 = 0 and a norm of 0
+    (review s38d H2: 16 C with flush-denormal). A float32 input needs no scaling once widened to float64.
+    """
+    if x.dtype != torch.float64:
+        return x.to(_WIDE), None
+    peak = x.detach().abs().reshape(x.shape[0], -1).amax(1)
+    scale = torch.where(peak > 0, torch.exp2(torch.frexp(peak).exponent.to(x.dtype)), torch.ones_like(peak))
+    return x / scale.view(-1, *([1] * (x.dim() - 1))), scale
+
+
+def _row_norms(x):
+    """Per-example Euclidean norms of ``x`` (B, n) in float64, with neither underflow nor overflow of the squares
+    (reviews s38c G2, s38d H2)."""
+    scaled, scale = _pow2_scaled(x)
+    norms = torch.linalg.vector_norm(scaled, dim=1)
+    return norms if scale is None else norms * scale
+
+
+def _ghost_norm_sq(aa, gg, inner, work_dtype, factor=None):
     """Squared ghost norms from the float64 Gram matrices ``aa``, ``gg`` of shape (B, ..., T, T) (one per example
-    and group) whose entries are inner products of length at most ``inner``: the norms in ``work_dtype``, and the
-    rows not to trust (the terms' magnitude E_b = sum over groups of (sum_t ||a_t|| ||g_t||)^2, from the
-    diagonals, against both bounds of _CANCELLATION)."""
+    and group) whose entries are inner products of length at most ``inner``: the norms in ``work_dtype`` (times
+    ``factor`` (B,) when the Grams were taken of rescaled inputs), and the rows not to trust (the terms'
+    magnitude E_b = sum over groups of (sum_t ||a_t|| ||g_t||)^2, from the diagonals, against both bounds of
+    _CANCELLATION)."""
     B = aa.shape[0]
     norm_sq = (aa * gg).reshape(B, -1).sum(1)
     norms = (aa.diagonal(dim1=-2, dim2=-1) * gg.diagonal(dim1=-2, dim2=-1)).clamp(min=0).sqrt()
     magnitude = norms.sum(-1).pow(2).reshape(B, -1).sum(1)
     terms = inner + (aa[0].numel() if B else 0)
     error = max(terms * torch.finfo(aa.dtype).eps, torch.finfo(work_dtype).eps)
-    return norm_sq.to(work_dtype), _untrusted(norm_sq, magnitude, error)
+    rows = _untrusted(norm_sq, magnitude, error)  # (scale-free: both sides carry the same factor)
+    return (norm_sq if factor is None else norm_sq * factor).to(work_dtype), rows
 
 
 # nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
@@ -328,9 +376,9 @@ def linear_rule(module, a, g):
     if a.dim() == 2:
         # ||a g^T||_F = ||a|| ||g|| for one token, in float64: a tiny input's ||a||^2 would underflow to 0 in
         # float32 while its gradient a g^T, with a huge g, does not (review s38c G2: 14 C).
-        g_norm = torch.linalg.vector_norm(g, dim=1, dtype=_WIDE)  # (cast before squaring: no underflow)
+        g_norm = _row_norms(g)
         if use_w:
-            norm_sq += (torch.linalg.vector_norm(a, dim=1, dtype=_WIDE) * g_norm).pow(2).to(norm_sq.dtype)
+            norm_sq += (_row_norms(a) * g_norm).pow(2).to(norm_sq.dtype)
         if use_b:
             norm_sq += g_norm.pow(2).to(norm_sq.dtype)
         a2, g2, g_bias = a, g, g
@@ -340,9 +388,9 @@ def linear_rule(module, a, g):
             rows = None
             if _ghost_is_cheaper(a3.shape[1], d, p):
                 # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices (float64).
-                wa, wg = a3.to(_WIDE), g3.to(_WIDE)
+                (wa, sa), (wg, sg) = _pow2_scaled(a3), _pow2_scaled(g3)
                 w_sq, rows = _ghost_norm_sq(torch.bmm(wa, wa.transpose(1, 2)), torch.bmm(wg, wg.transpose(1, 2)),
-                                            d + p, a.dtype)
+                                            d + p, a.dtype, None if sa is None else (sa * sg).pow(2))
             else:
                 per_example = torch.einsum("btp,btd->bpd", g3, a3)
                 w_sq = per_example.pow(2).sum((1, 2))
@@ -488,10 +536,10 @@ def conv_rule(module, a, g):
             # ||sum_t g_t c_t^T||^2 = sum_{t,s} (c_t . c_s)(g_t . g_s) per group, c_t the unfolded patch.
             # (Gram matrices in float64; where the terms cancel, in the norm or in the clipped sum's
             # convolution, the example's gradient is instantiated instead: see _CANCELLATION.)
-            cols = geo.unfold().reshape(B, G, D, T).to(_WIDE)
-            gg = g_flat.reshape(B, G, P, T).to(_WIDE)
+            (cols, sa), (gg, sg) = _pow2_scaled(geo.unfold().reshape(B, G, D, T)), _pow2_scaled(g_flat.reshape(B, G, P, T))
             w_sq, rows = _ghost_norm_sq(torch.einsum("bgdt,bgds->bgts", cols, cols),
-                                        torch.einsum("bgot,bgos->bgts", gg, gg), D + P, a.dtype)
+                                        torch.einsum("bgot,bgos->bgts", gg, gg), D + P, a.dtype,
+                                        None if sa is None else (sa * sg).pow(2))
             if rows.numel():
                 exact = (rows, _ConvGeometry(module, a[rows]).per_example_weight(module, g[rows]).reshape(-1, G, P, D))
                 w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2, 3)))
