@@ -7,6 +7,8 @@
 - s38d H1: autocast (bfloat16) around the step or inside the forward does not reach the norms or the shares.
 - s38d H2: float64 norms and Gram matrices are taken of inputs rescaled by powers of two (no underflow).
 - s38d H3: on a torch without the fp32_precision API (< 2.9), the legacy TF32 flags are turned off instead.
+- s38e E1: float64 inputs take the instantiated path (a token tiny beside its example's largest input
+  underflowed in the ghost Gram); E2: the legacy branch restores the user's matmul precision ("medium").
 """
 import subprocess
 import sys
@@ -308,3 +310,60 @@ def test_a_float64_conv_ghost_clips_a_tiny_input_with_a_huge_output_gradient(mon
     finally:
         torch.set_flush_denormal(False)
     assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
+
+
+# Review s38e.
+@pytest.mark.parametrize("conv", [False, True])
+def test_a_float64_ghost_clips_a_token_tiny_beside_its_examples_largest_input(conv, monkeypatch):
+    def last_token_mse(m, X, y):  # reads the last token's output only: the other tokens get g_t = 0
+        out = m(X)
+        return ((out[:, :, -1] if conv else out[:, -1]).sum(-1) - y).pow(2)
+    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: True)
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        torch.manual_seed(0)
+        C = 0.01
+        model = (nn.Conv1d(64, 64, 1, bias=False) if conv else nn.Linear(64, 64, bias=False)).double()
+        X, y = torch.randn(16, 64, 2, dtype=torch.float64) / 8, torch.randn(16, dtype=torch.float64)
+        if not conv:
+            X = X.transpose(1, 2).contiguous()  # (B, T, d)
+        clipper = make_clipper(model, "ghost")
+        clipper.clipped_sum(last_token_mse, (X, y), C)
+        X[0] = 0
+        if conv:
+            X[0, 0, 0], X[0, 1, -1] = 1e149, 1e-6
+        else:
+            X[0, 0, 0], X[0, -1, 1] = 1e149, 1e-6
+        y[0] = 1e4
+        _, with_x, norms = clipper.clipped_sum(last_token_mse, (X, y), C)
+        _, without_x, _ = clipper.clipped_sum(last_token_mse, (X[1:], y[1:]), C)
+        clipper.remove()
+        moved = float((with_x[0][1] - without_x[0][1]).norm()) / C
+    finally:
+        torch.set_flush_denormal(False)
+    assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
+    # (utility, same regression: at X[0, 0, 0] = 1e151 the factor (sa * sg)^2 overflows and the record, of norm
+    # 0.16, is dropped as non-finite; 7cec569 clipped it normally)
+    assert torch.isfinite(norms[0])
+
+
+# E2: on torch < 2.9 (2.1-2.8: setAllowTF32CuBLAS(b) sets the precision to HIGH/HIGHEST) the legacy branch restores
+# a user's "medium" (oneDNN bf32 matmuls on CPU there) as allow_tf32 = True, i.e. "high"; the emulation on 2.13
+# leaves get_float32_matmul_precision() raising (legacy and new APIs mixed).
+def test_full_float32_restores_a_users_matmul_precision_on_a_torch_without_the_leaves():
+    code = """
+import torch, torch.backends.cudnn, torch.backends.mkldnn
+for cls, names in ((type(torch.backends.cudnn), ("conv", "fp32_precision")),
+                   (type(torch.backends.mkldnn), ("matmul", "conv", "rnn", "fp32_precision"))):
+    for n in names:
+        if n in cls.__dict__:
+            delattr(cls, n)
+from skdp.engine.layers import full_float32
+torch.set_float32_matmul_precision("medium")
+with full_float32():
+    inside = torch.get_float32_matmul_precision()
+print(inside, torch.get_float32_matmul_precision())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "highest medium", out.stderr[-300:]

@@ -293,11 +293,12 @@ def _settings_ieee():
         restore = lambda: [setattr(leaf, "fp32_precision", value) for leaf, value in saved]  # noqa: E731
         for leaf, _ in saved:
             leaf.fp32_precision = "ieee"
-    else:  # torch < 2.9: the legacy TF32 flags (review s38d H3)
-        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        restore = lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", saved[0]),  # noqa: E731
+    else:  # torch < 2.9: the legacy settings (review s38d H3; the matmul precision itself, s38e E2: "medium")
+        saved = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+        restore = lambda: (torch.set_float32_matmul_precision(saved[0]),  # noqa: E731
                            setattr(torch.backends.cudnn, "allow_tf32", saved[1]))
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = False
     try:
         yield
     finally:
@@ -328,42 +329,39 @@ def _untrusted(norm_sq, magnitude, error):
     return torch.nonzero(~trusted).squeeze(1)
 
 
-def _pow2_scaled(x):
-    """``x`` divided, per example (dim 0), by the power of two at its largest magnitude, and those powers (B,).
+def _row_norms(x):
+    """Per-example Euclidean norms of ``x`` (B, n) in float64, with neither underflow nor overflow of the squares.
 
-    Exact (a division by a power of two), and the result's squares and inner products neither underflow nor
-    overflow: a float64 input of 1e-156 beside an output gradient of 1e154 had ||a||^2 = 0 and a norm of 0
-    (review s38d H2: 16 C with flush-denormal). A float32 input needs no scaling once widened to float64.
+    float32 values are widened first (their squares fit float64); float64 rows are divided by the power of two at
+    their largest magnitude (exact) and the norm multiplied back: a float64 input of 1e-156 beside an output
+    gradient of 1e154 had ||a||^2 = 0 and a norm of 0 (reviews s38c G2, s38d H2: 16 C with flush-denormal).
     """
     if x.dtype != torch.float64:
-        return x.to(_WIDE), None
-    peak = x.detach().abs().reshape(x.shape[0], -1).amax(1)
+        return torch.linalg.vector_norm(x, dim=1, dtype=_WIDE)
+    peak = x.detach().abs().flatten(1).amax(1) if x.shape[0] else x.new_zeros(0)
     scale = torch.where(peak > 0, torch.exp2(torch.frexp(peak).exponent.to(x.dtype)), torch.ones_like(peak))
-    return x / scale.view(-1, *([1] * (x.dim() - 1))), scale
+    return torch.linalg.vector_norm(x / scale.view(-1, 1), dim=1) * scale
 
 
-def _row_norms(x):
-    """Per-example Euclidean norms of ``x`` (B, n) in float64, with neither underflow nor overflow of the squares
-    (reviews s38c G2, s38d H2)."""
-    scaled, scale = _pow2_scaled(x)
-    norms = torch.linalg.vector_norm(scaled, dim=1)
-    return norms if scale is None else norms * scale
+def _ghost_allowed(dtype):
+    """The ghost norm's Gram matrices are exact products only of float32 (or narrower) values widened to float64:
+    float64 inputs take the instantiated per-example path, whose norm and share come from one tensor (a float64
+    token tiny beside its example's largest input underflowed in the Gram: review s38e E1, 16 C)."""
+    return dtype != torch.float64
 
 
-def _ghost_norm_sq(aa, gg, inner, work_dtype, factor=None):
+def _ghost_norm_sq(aa, gg, inner, work_dtype):
     """Squared ghost norms from the float64 Gram matrices ``aa``, ``gg`` of shape (B, ..., T, T) (one per example
-    and group) whose entries are inner products of length at most ``inner``: the norms in ``work_dtype`` (times
-    ``factor`` (B,) when the Grams were taken of rescaled inputs), and the rows not to trust (the terms'
-    magnitude E_b = sum over groups of (sum_t ||a_t|| ||g_t||)^2, from the diagonals, against both bounds of
-    _CANCELLATION)."""
+    and group) whose entries are inner products of length at most ``inner``: the norms in ``work_dtype``, and the
+    rows not to trust (the terms' magnitude E_b = sum over groups of (sum_t ||a_t|| ||g_t||)^2, from the
+    diagonals, against both bounds of _CANCELLATION)."""
     B = aa.shape[0]
     norm_sq = (aa * gg).reshape(B, -1).sum(1)
     norms = (aa.diagonal(dim1=-2, dim2=-1) * gg.diagonal(dim1=-2, dim2=-1)).clamp(min=0).sqrt()
     magnitude = norms.sum(-1).pow(2).reshape(B, -1).sum(1)
     terms = inner + (aa[0].numel() if B else 0)
     error = max(terms * torch.finfo(aa.dtype).eps, torch.finfo(work_dtype).eps)
-    rows = _untrusted(norm_sq, magnitude, error)  # (scale-free: both sides carry the same factor)
-    return (norm_sq if factor is None else norm_sq * factor).to(work_dtype), rows
+    return norm_sq.to(work_dtype), _untrusted(norm_sq, magnitude, error)
 
 
 # nn.MultiheadAttention's out_proj is a NonDynamicallyQuantizableLinear: a Linear with Linear's forward.
@@ -386,11 +384,11 @@ def linear_rule(module, a, g):
         a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
         if use_w:
             rows = None
-            if _ghost_is_cheaper(a3.shape[1], d, p):
+            if _ghost_allowed(a.dtype) and _ghost_is_cheaper(a3.shape[1], d, p):
                 # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices (float64).
-                (wa, sa), (wg, sg) = _pow2_scaled(a3), _pow2_scaled(g3)
+                wa, wg = a3.to(_WIDE), g3.to(_WIDE)
                 w_sq, rows = _ghost_norm_sq(torch.bmm(wa, wa.transpose(1, 2)), torch.bmm(wg, wg.transpose(1, 2)),
-                                            d + p, a.dtype, None if sa is None else (sa * sg).pow(2))
+                                            d + p, a.dtype)
             else:
                 per_example = torch.einsum("btp,btd->bpd", g3, a3)
                 w_sq = per_example.pow(2).sum((1, 2))
@@ -532,14 +530,14 @@ def conv_rule(module, a, g):
     if use_w:
         T = g_flat.shape[-1]
         D, P = module.weight[0].numel(), O // G
-        if _ghost_is_cheaper(T, D, P):
+        if _ghost_allowed(a.dtype) and _ghost_is_cheaper(T, D, P):
             # ||sum_t g_t c_t^T||^2 = sum_{t,s} (c_t . c_s)(g_t . g_s) per group, c_t the unfolded patch.
             # (Gram matrices in float64; where the terms cancel, in the norm or in the clipped sum's
             # convolution, the example's gradient is instantiated instead: see _CANCELLATION.)
-            (cols, sa), (gg, sg) = _pow2_scaled(geo.unfold().reshape(B, G, D, T)), _pow2_scaled(g_flat.reshape(B, G, P, T))
+            cols = geo.unfold().reshape(B, G, D, T).to(_WIDE)
+            gg = g_flat.reshape(B, G, P, T).to(_WIDE)
             w_sq, rows = _ghost_norm_sq(torch.einsum("bgdt,bgds->bgts", cols, cols),
-                                        torch.einsum("bgot,bgos->bgts", gg, gg), D + P, a.dtype,
-                                        None if sa is None else (sa * sg).pow(2))
+                                        torch.einsum("bgot,bgos->bgts", gg, gg), D + P, a.dtype)
             if rows.numel():
                 exact = (rows, _ConvGeometry(module, a[rows]).per_example_weight(module, g[rows]).reshape(-1, G, P, D))
                 w_sq = w_sq.index_copy(0, rows, exact[1].pow(2).sum((1, 2, 3)))
