@@ -9,6 +9,8 @@
 - s38d H3: on a torch without the fp32_precision API (< 2.9), the legacy TF32 flags are turned off instead.
 - s38e E1: float64 inputs take the instantiated path (a token tiny beside its example's largest input
   underflowed in the ghost Gram); E2: the legacy branch restores the user's matmul precision ("medium").
+- s38f: a float32 layer keeps its ghost norm on the float64 wide path (instantiating every layer in float64 took
+  38x the time and 680 MB more); float64 row norms near 2^1023 and of zero-length rows.
 """
 import subprocess
 import sys
@@ -367,3 +369,33 @@ print(inside, torch.get_float32_matmul_precision())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "highest medium", out.stderr[-300:]
+
+
+# Review s38f.
+def test_the_wide_path_of_a_float32_model_keeps_the_ghost_norm(monkeypatch):
+    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: True)
+    torch.manual_seed(0)
+    model = nn.Linear(16, 16, bias=False)  # float32 parameters
+    X, y = torch.randn(8, 3, 16), torch.randn(8)
+
+    def mse(m, X, y):
+        return (m(X).sum((1, 2)) - y).pow(2)
+    clipper = make_clipper(model, "ghost")
+    clipper.clipped_sum(mse, (X, y), 1.0)  # first lot: probed
+    X[0, 0, 0] = 1e30  # its float32 squared norm is inf: the lot takes the float64 wide path
+    seen, einsum = [], torch.einsum
+    monkeypatch.setattr(torch, "einsum", lambda eq, *ops: seen.append((eq, ops[0].shape[0])) or einsum(eq, *ops))
+    _, out, norms = clipper.clipped_sum(mse, (X, y), 1.0)
+    clipper.remove()
+    assert torch.isfinite(norms[1:]).all()
+    # float32 values widened to float64 multiply exactly: the Gram matrices, not B per-example gradients
+    assert not [s for s in seen if s[0] == "btp,btd->bpd" and s[1] > 1], seen
+
+
+# F2 (pre-existing since s38d H2): a float64 row whose peak is >= 2^1023 (8.99e307) gets scale 2^1024 = inf and a
+# NaN norm (its true norm 1e308 is finite: the record is dropped); a row of zero length raises IndexError in amax
+# (nn.Linear(3, 0).double(), nn.Linear(0, 3).double() under "ghost").
+def test_row_norms_of_float64_rows_near_the_top_of_the_range_and_of_zero_length():
+    rows = torch.tensor([[1e308, 0.0], [-9e307, 0.0], [2.0 ** 1023, 0.0]], dtype=torch.float64)
+    assert torch.equal(layers._row_norms(rows), rows.abs().amax(1))
+    assert layers._row_norms(torch.zeros(4, 0, dtype=torch.float64)).tolist() == [0.0] * 4

@@ -338,16 +338,18 @@ def _row_norms(x):
     """
     if x.dtype != torch.float64:
         return torch.linalg.vector_norm(x, dim=1, dtype=_WIDE)
-    peak = x.detach().abs().flatten(1).amax(1) if x.shape[0] else x.new_zeros(0)
-    scale = torch.where(peak > 0, torch.exp2(torch.frexp(peak).exponent.to(x.dtype)), torch.ones_like(peak))
+    peak = x.detach().abs().flatten(1).amax(1) if x.numel() else x.new_zeros(x.shape[0])
+    # 2^(e-1) <= peak < 2^e: 2^e itself is inf for peak >= 2^1023
+    scale = torch.where(peak > 0, torch.exp2(torch.frexp(peak).exponent.to(x.dtype) - 1), torch.ones_like(peak))
     return torch.linalg.vector_norm(x / scale.view(-1, 1), dim=1) * scale
 
 
-def _ghost_allowed(dtype):
+def _ghost_allowed(module):
     """The ghost norm's Gram matrices are exact products only of float32 (or narrower) values widened to float64:
-    float64 inputs take the instantiated per-example path, whose norm and share come from one tensor (a float64
-    token tiny beside its example's largest input underflowed in the Gram: review s38e E1, 16 C)."""
-    return dtype != torch.float64
+    a float64 layer takes the instantiated per-example path, whose norm and share come from one tensor (a float64
+    token tiny beside its example's largest input underflowed in the Gram: review s38e E1, 16 C). A float32
+    layer on the float64 wide path keeps the ghost norm: its widened inputs multiply exactly (review s38f)."""
+    return module.weight.dtype != torch.float64
 
 
 def _ghost_norm_sq(aa, gg, inner, work_dtype):
@@ -384,7 +386,7 @@ def linear_rule(module, a, g):
         a3, g3 = a.reshape(B, -1, d), g.reshape(B, -1, p)
         if use_w:
             rows = None
-            if _ghost_allowed(a.dtype) and _ghost_is_cheaper(a3.shape[1], d, p):
+            if _ghost_allowed(module) and _ghost_is_cheaper(a3.shape[1], d, p):
                 # ||sum_t g_t a_t^T||_F^2 = sum_{t,s} (a_t . a_s)(g_t . g_s): two T x T Gram matrices (float64).
                 wa, wg = a3.to(_WIDE), g3.to(_WIDE)
                 w_sq, rows = _ghost_norm_sq(torch.bmm(wa, wa.transpose(1, 2)), torch.bmm(wg, wg.transpose(1, 2)),
@@ -530,7 +532,7 @@ def conv_rule(module, a, g):
     if use_w:
         T = g_flat.shape[-1]
         D, P = module.weight[0].numel(), O // G
-        if _ghost_allowed(a.dtype) and _ghost_is_cheaper(T, D, P):
+        if _ghost_allowed(module) and _ghost_is_cheaper(T, D, P):
             # ||sum_t g_t c_t^T||^2 = sum_{t,s} (c_t . c_s)(g_t . g_s) per group, c_t the unfolded patch.
             # (Gram matrices in float64; where the terms cancel, in the norm or in the clipped sum's
             # convolution, the example's gradient is instantiated instead: see _CANCELLATION.)
