@@ -12,6 +12,7 @@
 - s38f: a float32 layer keeps its ghost norm on the float64 wide path (instantiating every layer in float64 took
   38x the time and 680 MB more); float64 row norms near 2^1023 and of zero-length rows.
 """
+import contextlib
 import subprocess
 import sys
 import threading
@@ -28,6 +29,40 @@ from skdp.exceptions import UnsupportedModuleError
 
 def _ce(model, X, y):
     return F.cross_entropy(model(X).float(), y, reduction="none")
+
+
+def _mse(model, X, y):
+    return (model(X).reshape(X.shape[0], -1).sum(1) - y).pow(2)
+
+
+@contextlib.contextmanager
+def _denormals_flushed(flush=True):
+    """Subnormal results flushed to 0 (as on some CPUs, or by the user's choice) inside; restored after."""
+    if flush and not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals")
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def _record_moves(clipper, loss, X, y, C):
+    """How far record 0 moves the first parameter's clipped sum, in units of C, and the lot's norms."""
+    _, with_x, norms = clipper.clipped_sum(loss, (X, y), C)
+    _, without_x, _ = clipper.clipped_sum(loss, (X[1:], y[1:]), C)
+    return float((with_x[0][1].double() - without_x[0][1].double()).norm()) / C, norms
+
+
+#: Run first in a subprocess: torch as before 2.9, without the per-backend fp32_precision API.
+_WITHOUT_FP32_PRECISION_API = """
+import torch, torch.backends.cudnn, torch.backends.mkldnn
+for cls, names in ((type(torch.backends.cudnn), ("conv", "fp32_precision")),
+                   (type(torch.backends.mkldnn), ("matmul", "conv", "rnn", "fp32_precision"))):
+    for n in names:
+        if n in cls.__dict__:
+            delattr(cls, n)
+from skdp.engine.layers import full_float32
+"""
 
 
 # G1: F-B after the check. The module check runs when the engine is built (and in the hooks' first-lot probe);
@@ -54,23 +89,15 @@ def test_a_model_converted_to_half_precision_after_the_check_is_refused(clipping
 # on (d=64), 2.88 C at C=0.01 with torch's defaults (d=4096). vmap: 1.0 C.
 @pytest.mark.parametrize("flush, d, C, tiny", [(False, 4096, 0.01, 2.5e-23), (True, 64, 1.0, 1e-19)])
 def test_a_tiny_input_with_a_huge_output_gradient_is_clipped(flush, d, C, tiny):
-    def mse(m, X, y):
-        return (m(X).squeeze(1) - y).pow(2)
-    if flush and not torch.set_flush_denormal(True):
-        pytest.skip("this CPU cannot flush denormals")
-    try:
+    with _denormals_flushed(flush):
         torch.manual_seed(0)
         model = nn.Linear(d, 1, bias=False)
         X, y = torch.randn(32, d) / d ** 0.5, torch.randn(32)
         clipper = make_clipper(model, "ghost")
-        clipper.clipped_sum(mse, (X, y), C)
+        clipper.clipped_sum(_mse, (X, y), C)
         X[0], y[0] = tiny, 9e18  # loss 8.1e37 and ||g||^2 = 3.2e38: finite, the float32 path
-        _, with_x, _ = clipper.clipped_sum(mse, (X, y), C)
-        _, without_x, _ = clipper.clipped_sum(mse, (X[1:], y[1:]), C)
+        moved, _ = _record_moves(clipper, _mse, X, y, C)
         clipper.remove()
-        moved = float((with_x[0][1].double() - without_x[0][1].double()).norm()) / C
-    finally:
-        torch.set_flush_denormal(False)
     assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
 
 
@@ -246,25 +273,17 @@ def test_layers_run_under_autocast_are_clipped_to_C():
 # input and a ~1e154 output gradient gets norm 0, scale 1 and its whole gradient: 16 C (2-D), 5.1 C (4 tokens).
 @pytest.mark.parametrize("tokens, p, big", [(0, 1, 1e154), (4, 64, 1e152)])
 def test_a_float64_model_clips_a_tiny_input_with_a_huge_output_gradient(tokens, p, big):
-    def mse(m, X, y):
-        return (m(X).reshape(X.shape[0], -1).sum(1) - y).pow(2)
-    if not torch.set_flush_denormal(True):
-        pytest.skip("this CPU cannot flush denormals")
-    try:
+    with _denormals_flushed():
         torch.manual_seed(0)
         d, C = 64, 0.01
         model = nn.Linear(d, p, bias=False).double()
         X = torch.randn(32, *((tokens,) if tokens else ()), d, dtype=torch.float64) / d ** 0.5
         y = torch.randn(32, dtype=torch.float64)
         clipper = make_clipper(model, "ghost")
-        clipper.clipped_sum(mse, (X, y), C)
+        clipper.clipped_sum(_mse, (X, y), C)
         X[0], y[0] = 1e-156, big
-        _, with_x, _ = clipper.clipped_sum(mse, (X, y), C)
-        _, without_x, _ = clipper.clipped_sum(mse, (X[1:], y[1:]), C)
+        moved, _ = _record_moves(clipper, _mse, X, y, C)
         clipper.remove()
-        moved = float((with_x[0][1] - without_x[0][1]).norm()) / C
-    finally:
-        torch.set_flush_denormal(False)
     assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
 
 
@@ -272,14 +291,7 @@ def test_a_float64_model_clips_a_tiny_input_with_a_huge_output_gradient(tokens, 
 # the leaves removed from torch's backend modules) `import skdp` fails (AttributeError: module 'torch.backends.cudnn'
 # has no attribute 'conv'); with the leaves merely filtered out, full_float32 would do nothing and TF32 stay on.
 def test_full_float32_turns_tf32_off_on_a_torch_without_the_fp32_precision_leaves():
-    code = """
-import torch, torch.backends.cudnn, torch.backends.mkldnn
-for cls, names in ((type(torch.backends.cudnn), ("conv", "fp32_precision")),
-                   (type(torch.backends.mkldnn), ("matmul", "conv", "rnn", "fp32_precision"))):
-    for n in names:
-        if n in cls.__dict__:
-            delattr(cls, n)
-from skdp.engine.layers import full_float32
+    code = _WITHOUT_FP32_PRECISION_API + """
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 with full_float32():
@@ -292,25 +304,17 @@ print(inside, (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow
 
 def test_a_float64_conv_ghost_clips_a_tiny_input_with_a_huge_output_gradient(monkeypatch):
     # H2 on the conv ghost branch: float64 Grams of the unfolded patches underflowed (2.17 C).
-    def mse(m, X, y):
-        return (m(X).reshape(X.shape[0], -1).sum(1) - y).pow(2)
     monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: True)
-    if not torch.set_flush_denormal(True):
-        pytest.skip("this CPU cannot flush denormals")
-    try:
+    with _denormals_flushed():
         torch.manual_seed(0)
         C = 0.01
         model = nn.Conv2d(8, 64, 3, bias=False).double()
         X, y = torch.randn(16, 8, 6, 6, dtype=torch.float64) / 8, torch.randn(16, dtype=torch.float64)
         clipper = make_clipper(model, "ghost")
-        clipper.clipped_sum(mse, (X, y), C)
+        clipper.clipped_sum(_mse, (X, y), C)
         X[0], y[0] = 1e-156, 1e151
-        _, with_x, _ = clipper.clipped_sum(mse, (X, y), C)
-        _, without_x, _ = clipper.clipped_sum(mse, (X[1:], y[1:]), C)
+        moved, _ = _record_moves(clipper, _mse, X, y, C)
         clipper.remove()
-        moved = float((with_x[0][1] - without_x[0][1]).norm()) / C
-    finally:
-        torch.set_flush_denormal(False)
     assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
 
 
@@ -321,9 +325,7 @@ def test_a_float64_ghost_clips_a_token_tiny_beside_its_examples_largest_input(co
         out = m(X)
         return ((out[:, :, -1] if conv else out[:, -1]).sum(-1) - y).pow(2)
     monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: True)
-    if not torch.set_flush_denormal(True):
-        pytest.skip("this CPU cannot flush denormals")
-    try:
+    with _denormals_flushed():
         torch.manual_seed(0)
         C = 0.01
         model = (nn.Conv1d(64, 64, 1, bias=False) if conv else nn.Linear(64, 64, bias=False)).double()
@@ -338,12 +340,8 @@ def test_a_float64_ghost_clips_a_token_tiny_beside_its_examples_largest_input(co
         else:
             X[0, 0, 0], X[0, -1, 1] = 1e149, 1e-6
         y[0] = 1e4
-        _, with_x, norms = clipper.clipped_sum(last_token_mse, (X, y), C)
-        _, without_x, _ = clipper.clipped_sum(last_token_mse, (X[1:], y[1:]), C)
+        moved, norms = _record_moves(clipper, last_token_mse, X, y, C)
         clipper.remove()
-        moved = float((with_x[0][1] - without_x[0][1]).norm()) / C
-    finally:
-        torch.set_flush_denormal(False)
     assert moved <= 1 + 1e-3, f"a record moved the clipped sum by {moved:.4g} C"
     # (utility, same regression: at X[0, 0, 0] = 1e151 the factor (sa * sg)^2 overflows and the record, of norm
     # 0.16, is dropped as non-finite; 7cec569 clipped it normally)
@@ -354,14 +352,7 @@ def test_a_float64_ghost_clips_a_token_tiny_beside_its_examples_largest_input(co
 # a user's "medium" (oneDNN bf32 matmuls on CPU there) as allow_tf32 = True, i.e. "high"; the emulation on 2.13
 # leaves get_float32_matmul_precision() raising (legacy and new APIs mixed).
 def test_full_float32_restores_a_users_matmul_precision_on_a_torch_without_the_leaves():
-    code = """
-import torch, torch.backends.cudnn, torch.backends.mkldnn
-for cls, names in ((type(torch.backends.cudnn), ("conv", "fp32_precision")),
-                   (type(torch.backends.mkldnn), ("matmul", "conv", "rnn", "fp32_precision"))):
-    for n in names:
-        if n in cls.__dict__:
-            delattr(cls, n)
-from skdp.engine.layers import full_float32
+    code = _WITHOUT_FP32_PRECISION_API + """
 torch.set_float32_matmul_precision("medium")
 with full_float32():
     inside = torch.get_float32_matmul_precision()
