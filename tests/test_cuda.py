@@ -159,3 +159,72 @@ def test_auto_cnn_with_augmentation_on_the_device(digits, noise_devices):
     assert next(clf.net_.module_.parameters()).is_cuda
     assert set(noise_devices) == {"cuda"} and clf.privacy_certified_ and clf.epsilon_ <= 1.0 + 1e-9
     assert clf.predict(X16).shape == (len(y),)
+
+
+
+# The rules' arithmetic under the user's TF32 (reviews s38b F-D, s38c G3): on an NVIDIA GPU, TF32 rounds each
+# float32 operand of a matmul or a cuDNN convolution to 10 mantissa bits, and a norm and its share of the sum
+# rounded apart can move the sum by more than C. ``layers.full_float32`` runs the rules with every setting at
+# "ieee". The inputs are +-(1 + 2^-12): exact in float32, rounded to +-1 by TF32, so a rule left in TF32 is off
+# by about 2^-11 relative in every gradient entry, while full float32 is exact to about 2^-24. The layer's input
+# is the data and its output gradient is the loss's weight (no matmul before the rules): both exact under any
+# setting.
+def _pm(gen, *shape):
+    return (torch.randint(0, 2, shape, generator=gen) * 2 - 1).float() * (1 + 2.0 ** -12)
+
+
+def _reference(layer, X, w):
+    """Per-example gradient norms and their plain sum, in float64 on the CPU, one example at a time."""
+    import copy
+    ref = copy.deepcopy(layer).double()
+    norms, total = [], 0
+    for i in range(len(X)):
+        ref.zero_grad()
+        (ref(X[i:i + 1].double()) * w[i:i + 1].double()).sum().backward()
+        flat = torch.cat([p.grad.flatten() for p in ref.parameters()])
+        norms.append(float(flat.norm()))
+        total = total + flat
+    return torch.tensor(norms, dtype=torch.float64), total
+
+
+@pytest.mark.parametrize("path", ["linear-ghost", "linear-instantiated", "conv-ghost", "conv-unfold",
+                                  "conv-grouped"])
+def test_the_rules_ignore_the_users_tf32_on_the_device(path, monkeypatch):
+    import skdp.engine.layers as layers
+    from skdp.engine import make_clipper
+    gen = torch.Generator().manual_seed(0)  # the test's data only
+    kind, way = path.split("-")
+    if kind == "linear":
+        layer, X = torch.nn.Linear(32, 24), _pm(gen, 16, 8, 32)
+    else:
+        layer = torch.nn.Conv2d(16 if way == "ghost" else 3, 8, 3, padding=1)
+        X = _pm(gen, 16, layer.in_channels, 6, 6)
+    with torch.no_grad():
+        layer.weight.copy_(_pm(gen, *layer.weight.shape))
+        layer.bias.copy_(_pm(gen, *layer.bias.shape))
+        w = _pm(gen, *layer(X).shape)
+    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: way == "ghost")
+    if kind == "conv":  # force the per-example weight gradients' way
+        monkeypatch.setattr(layers, "UNFOLD_CHANNELS", 0)
+        monkeypatch.setattr(layers, "UNFOLD_LIMIT", float("inf") if way == "unfold" else 0)
+    want_norms, want_sum = _reference(layer, X, w)
+    layer, X, w = layer.cuda(), X.cuda(), w.cuda()
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        if kind == "linear":  # the test has power on this GPU: a plain TF32 matmul is off by about 2^-11
+            exact = torch.einsum("btp,btd->bpd", w.double(), X.double()).flatten(1).norm(dim=1)
+            naive = torch.einsum("btp,btd->bpd", w, X).flatten(1).norm(dim=1).double()
+            if float(((naive - exact).abs() / exact).max()) < 1e-4:
+                pytest.skip("this GPU's TF32 matmul is exact on these inputs: nothing to catch")
+        clipper = make_clipper(layer, "ghost")
+        _, pairs, norms = clipper.clipped_sum(lambda m, X, w: (m(X) * w).flatten(1).sum(1), (X, w), 1e9)
+        clipper.remove()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    got = {id(p): s for p, s in pairs}
+    got_sum = torch.cat([got[id(p)].double().cpu().flatten() for p in layer.parameters()])
+    rel = float(((norms.double().cpu() - want_norms).abs() / want_norms).max())
+    assert rel < 1e-5, f"{path}: a per-example norm is off by {rel:.2g} relative (TF32: about 5e-4)"
+    rel = float((got_sum - want_sum).norm() / want_sum.norm())
+    assert rel < 1e-5, f"{path}: the clipped sum is off by {rel:.2g} relative"
