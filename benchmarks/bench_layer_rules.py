@@ -69,7 +69,7 @@ def _unfold_ways(C, O, k, H):
     conv = torch.nn.Conv2d(C, O, k).to(DEVICE)
     a = torch.randn(CONV_B, C, H, H, device=DEVICE)
     with torch.no_grad():
-        g = torch.randn(conv(a).shape)
+        g = torch.randn(conv(a).shape, device=DEVICE)
     geo = layers._ConvGeometry(conv, a)
 
     def way(limit):
@@ -115,7 +115,7 @@ def ghost_rows(rounds):
         conv = torch.nn.Conv2d(C, O, 3, padding=1).to(DEVICE)
         a = torch.randn(GHOST_B, C, H, H, device=DEVICE)
         with torch.no_grad():
-            g = torch.randn(conv(a).shape)
+            g = torch.randn(conv(a).shape, device=DEVICE)
         ghost, inst = _time(_ghost_ways(layers.conv_rule, conv, a, g), rounds)
         T, D = H * H, C * 9
         pick = "ghost" if layers._ghost_is_cheaper(T, D, O) else "instantiated"

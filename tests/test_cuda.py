@@ -194,11 +194,12 @@ def test_the_rules_ignore_the_users_tf32_on_the_device(path, monkeypatch):
     from skdp.engine import make_clipper
     gen = torch.Generator().manual_seed(0)  # the test's data only
     kind, way = path.split("-")
+    # Shapes large enough for cuBLAS and cuDNN to take their TF32 kernels (small ones run exact in any mode).
     if kind == "linear":
-        layer, X = torch.nn.Linear(32, 24), _pm(gen, 16, 8, 32)
+        layer, X = torch.nn.Linear(128, 128), _pm(gen, 16, 64, 128)
     else:
-        layer = torch.nn.Conv2d(16 if way == "ghost" else 3, 8, 3, padding=1)
-        X = _pm(gen, 16, layer.in_channels, 6, 6)
+        layer = torch.nn.Conv2d({"ghost": 32, "unfold": 3, "grouped": 16}[way], 32, 3, padding=1)
+        X = _pm(gen, 16, layer.in_channels, 14, 14)
     with torch.no_grad():
         layer.weight.copy_(_pm(gen, *layer.weight.shape))
         layer.bias.copy_(_pm(gen, *layer.bias.shape))
