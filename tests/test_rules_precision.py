@@ -390,3 +390,68 @@ def test_row_norms_of_float64_rows_near_the_top_of_the_range_and_of_zero_length(
     rows = torch.tensor([[1e308, 0.0], [-9e307, 0.0], [2.0 ** 1023, 0.0]], dtype=torch.float64)
     assert torch.equal(layers._row_norms(rows), rows.abs().amax(1))
     assert layers._row_norms(torch.zeros(4, 0, dtype=torch.float64)).tolist() == [0.0] * 4
+
+
+class _ComplexGain(nn.Module):
+    """A layer with a complex parameter: the output's real part of x * w (a user's own module)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d, dtype=torch.complex64))
+
+    def forward(self, X):
+        return (X.to(torch.complex64) * self.w).real
+
+
+# Noticed in review s38c: a complex parameter reached the first lot and crashed there (a view or reshape error
+# inside the rules or the guards) instead of being refused by name before anything ran. Per-example clipping of
+# a complex gradient is not covered by the rules or the accountant's real Gaussian noise: refused like half
+# precision, by the module check and on every lot.
+@pytest.mark.parametrize("clipping", ["auto", "ghost", "vmap"])
+def test_complex_parameters_are_refused_by_name_before_any_release(clipping):
+    from skdp.engine import check_module
+    model = nn.Sequential(_ComplexGain(8), nn.Linear(8, 3))
+    report = check_module(model, clipping)
+    refused = {r.name: r.reason for r in report.refusals}
+    assert "0" in refused and "complex64" in refused["0"], report.refusals
+    X, y = torch.randn(6, 8), torch.arange(6) % 3
+    with pytest.raises(UnsupportedModuleError, match="complex64"):
+        engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=6,
+                             generator=torch.Generator().manual_seed(0), clipping=clipping)
+        engine.private_gradients(_ce, (X, y))
+    assert all(p.grad is None for p in model.parameters())
+
+
+# Noticed in review s38d (H1's fix covered CPU and CUDA only): autocast on another accelerator (xpu, mps, hpu, ...)
+# around the step reached the rules, whose norms and shares then ran in half precision there. full_float32 turns
+# autocast off for every device type it is on for. (No such device here: torch's autocast state is faked.)
+def test_full_float32_turns_autocast_off_on_every_device_type(monkeypatch):
+    on = {"xpu", "mps"}
+    entered = []
+    real_autocast = torch.autocast
+
+    class Recorded:
+        def __init__(self, device_type, enabled=True, **kwargs):
+            self.device_type, self.enabled = device_type, enabled
+            self.real = None if device_type in on else real_autocast(device_type, enabled=enabled, **kwargs)
+
+        def __enter__(self):
+            entered.append((self.device_type, self.enabled))
+            if self.real is not None:
+                return self.real.__enter__()
+            on.discard(self.device_type)  # what entering autocast(enabled=False) does to the faked state
+
+        def __exit__(self, *exc):
+            if self.real is not None:
+                return self.real.__exit__(*exc)
+            on.add(self.device_type)
+            return False
+
+    real_enabled = torch.is_autocast_enabled
+    monkeypatch.setattr(torch, "is_autocast_enabled",
+                        lambda device_type="cuda": device_type in on or real_enabled(device_type))
+    monkeypatch.setattr(torch, "autocast", Recorded)
+    with layers.full_float32():
+        inside = {d for d in ("xpu", "mps") if torch.is_autocast_enabled(d)}
+    assert ("xpu", False) in entered and ("mps", False) in entered, entered
+    assert not inside

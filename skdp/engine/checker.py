@@ -177,12 +177,23 @@ _LOW = (torch.float16, torch.bfloat16)
 
 
 def _low_precision(params):
-    """Why ``params`` cannot be trained privately in their dtype (a sentence), or "" when they can."""
-    low = sorted({str(p.dtype) for p in params if p.requires_grad and p.dtype in _LOW})
-    if not low:
-        return ""
-    return (f"trains parameters in {', '.join(low)}: per-example norms, clipping and noise in half precision "
-            "round a record's contribution past the clipping bound; train in float32 (model.float())")
+    """Why ``params`` cannot be trained privately in their dtype (a sentence), or "" when they can.
+
+    Half precision rounds a record's contribution past the clipping bound (review s38b F-B). Complex parameters
+    are refused too: no rule clips a complex gradient, and the noise is real Gaussian (they crashed at the first
+    lot before, with a dtype error from inside the step).
+    """
+    params = [p for p in params if p.requires_grad]
+    low = sorted({str(p.dtype) for p in params if p.dtype in _LOW})
+    if low:
+        return (f"trains parameters in {', '.join(low)}: per-example norms, clipping and noise in half precision "
+                "round a record's contribution past the clipping bound; train in float32 (model.float())")
+    complex_ = sorted({str(p.dtype) for p in params if p.is_complex()})
+    if complex_:
+        return (f"trains complex parameters ({', '.join(complex_)}): per-example clipping and the Gaussian noise "
+                "are defined for real parameters only; keep the real and imaginary parts as two real parameters "
+                "(torch.complex(re, im) in the forward)")
+    return ""
 
 
 def check_precision(module):

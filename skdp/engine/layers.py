@@ -316,10 +316,23 @@ def full_float32():
     under one lock; the user's settings are restored after. The forward and backward keep them.
     """
     with _PRECISION_LOCK, _settings_ieee(), contextlib.ExitStack() as stack:
-        stack.enter_context(torch.autocast("cpu", enabled=False))
-        if torch.cuda.is_available():
-            stack.enter_context(torch.autocast("cuda", enabled=False))
+        for device_type in _autocast_on():
+            stack.enter_context(torch.autocast(device_type, enabled=False))
         yield
+
+
+#: The device types torch's autocast knows (besides a registered private backend).
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "ipu", "mtia", "maia")
+
+
+def _autocast_on():
+    """The device types autocast is on for in this thread: CPU and CUDA always (torch < 2.4 asks per type only
+    for them), and any other accelerator whose autocast is on (xpu, mps, hpu...: reviews s38d H1 and its note)."""
+    try:
+        return ["cpu", "cuda"][:1 + torch.cuda.is_available()] + [
+            d for d in _AUTOCAST_DEVICES[2:] if torch.is_autocast_enabled(d)]
+    except TypeError:  # torch < 2.4: is_autocast_enabled() takes no device type
+        return ["cpu", "cuda"][:1 + torch.cuda.is_available()]
 
 
 def _untrusted(norm_sq, magnitude, error):
