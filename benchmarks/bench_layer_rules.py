@@ -203,8 +203,8 @@ def main():
             f"{' --device cuda' if on_gpu else ''}`; what is timed is "
             "in its docstring.\n\n"
             f"## 1. Ghost norm or instantiated per-example gradients (batch {GHOST_B})\n\n"
-            f"The rule takes the ghost norm when {layers.GHOST_COST} T^2 (d + p) < T d p (T tokens or output positions, d inputs or "
-            "patch length, p outputs). Timed: the rule's norms and its clipped sum.\n\n"
+            f"The rule takes the ghost norm when {layers.GHOST_COST} T^2 (d + p) < T d p (T tokens or output "
+            "positions, d inputs or patch length, p outputs). Timed: the rule's norms and its clipped sum.\n\n"
             + markdown_table(["threads", "layer", "T", "d", "p", "ghost ms", "instantiated ms",
                               "ghost / instantiated", "rule picks", "pick is the faster"], ghost)
             + f"\n\nThe rule picks the faster way in {_agree(ghost)} cells.\n\n"

@@ -4,6 +4,7 @@ These run on the GPU machine when one is lent (see ``benchmarks/results/cuda_tes
 no GPU and skips them. They check that the model, the noise and the Poisson lots live on the
 device, that the privacy results are those of a CPU fit, and that a fitted model pickles.
 """
+import contextlib
 import math
 import pickle
 import warnings
@@ -18,6 +19,7 @@ from skdp.attacks import MIFace
 from skdp.audit import one_run_audit
 from skdp.engine import DPSGDEngine
 from skdp.superres import SRGANTransformer
+from test_rules_precision import TF32_PATHS, tf32_case, tf32_errors
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -162,70 +164,26 @@ def test_auto_cnn_with_augmentation_on_the_device(digits, noise_devices):
 
 
 
-# The rules' arithmetic under the user's TF32 (reviews s38b F-D, s38c G3): on an NVIDIA GPU, TF32 rounds each
-# float32 operand of a matmul or a cuDNN convolution to 10 mantissa bits, and a norm and its share of the sum
-# rounded apart can move the sum by more than C. ``layers.full_float32`` runs the rules with every setting at
-# "ieee". The inputs are +-(1 + 2^-12): exact in float32, rounded to +-1 by TF32, so a rule left in TF32 is off
-# by about 2^-11 relative in every gradient entry, while full float32 is exact to about 2^-24. The layer's input
-# is the data and its output gradient is the loss's weight (no matmul before the rules): both exact under any
-# setting.
-def _pm(gen, *shape):
-    return (torch.randint(0, 2, shape, generator=gen) * 2 - 1).float() * (1 + 2.0 ** -12)
 
-
-def _reference(layer, X, w):
-    """Per-example gradient norms and their plain sum, in float64 on the CPU, one example at a time."""
-    import copy
-    ref = copy.deepcopy(layer).double()
-    norms, total = [], 0
-    for i in range(len(X)):
-        ref.zero_grad()
-        (ref(X[i:i + 1].double()) * w[i:i + 1].double()).sum().backward()
-        flat = torch.cat([p.grad.flatten() for p in ref.parameters()])
-        norms.append(float(flat.norm()))
-        total = total + flat
-    return torch.tensor(norms, dtype=torch.float64), total
-
-
-@pytest.mark.parametrize("path", ["linear-ghost", "linear-instantiated", "conv-ghost", "conv-unfold",
-                                  "conv-grouped"])
-def test_the_rules_ignore_the_users_tf32_on_the_device(path, monkeypatch):
-    import skdp.engine.layers as layers
-    from skdp.engine import make_clipper
-    gen = torch.Generator().manual_seed(0)  # the test's data only
-    kind, way = path.split("-")
-    # Shapes large enough for cuBLAS and cuDNN to take their TF32 kernels (small ones run exact in any mode).
-    if kind == "linear":
-        layer, X = torch.nn.Linear(128, 128), _pm(gen, 16, 64, 128)
-    else:
-        layer = torch.nn.Conv2d({"ghost": 32, "unfold": 3, "grouped": 16}[way], 32, 3, padding=1)
-        X = _pm(gen, 16, layer.in_channels, 14, 14)
-    with torch.no_grad():
-        layer.weight.copy_(_pm(gen, *layer.weight.shape))
-        layer.bias.copy_(_pm(gen, *layer.bias.shape))
-        w = _pm(gen, *layer(X).shape)
-    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: way == "ghost")
-    if kind == "conv":  # force the per-example weight gradients' way
-        monkeypatch.setattr(layers, "UNFOLD_CHANNELS", 0)
-        monkeypatch.setattr(layers, "UNFOLD_LIMIT", float("inf") if way == "unfold" else 0)
-    want_norms, want_sum = _reference(layer, X, w)
-    layer, X, w = layer.cuda(), X.cuda(), w.cuda()
+@contextlib.contextmanager
+def _users_tf32():
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
-        if kind == "linear":  # the test has power on this GPU: a plain TF32 matmul is off by about 2^-11
-            exact = torch.einsum("btp,btd->bpd", w.double(), X.double()).flatten(1).norm(dim=1)
-            naive = torch.einsum("btp,btd->bpd", w, X).flatten(1).norm(dim=1).double()
-            if float(((naive - exact).abs() / exact).max()) < 1e-4:
-                pytest.skip("this GPU's TF32 matmul is exact on these inputs: nothing to catch")
-        clipper = make_clipper(layer, "ghost")
-        _, pairs, norms = clipper.clipped_sum(lambda m, X, w: (m(X) * w).flatten(1).sum(1), (X, w), 1e9)
-        clipper.remove()
+        yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    got = {id(p): s for p, s in pairs}
-    got_sum = torch.cat([got[id(p)].double().cpu().flatten() for p in layer.parameters()])
-    rel = float(((norms.double().cpu() - want_norms).abs() / want_norms).max())
-    assert rel < 1e-5, f"{path}: a per-example norm is off by {rel:.2g} relative (TF32: about 5e-4)"
-    rel = float((got_sum - want_sum).norm() / want_sum.norm())
-    assert rel < 1e-5, f"{path}: the clipped sum is off by {rel:.2g} relative"
+
+
+# The rules' arithmetic under the user's TF32 on the GPU itself (reviews s38b F-D, s38c G3; the CPU test with TF32
+# emulated is tests/test_rules_precision.py's): a norm and its share of the sum rounded apart by TF32 can move the
+# sum by more than C; ``layers.full_float32`` runs the rules with every setting at "ieee". On the lent H100, the
+# same test with full_float32 made a no-op failed on 4 of the 5 paths (conv-ghost: cuDNN took a non-TF32 kernel
+# for its sum; its Gram matrices are float64): `.ci/gpu` checks that power path by path.
+@pytest.mark.parametrize("path", TF32_PATHS)
+def test_the_rules_ignore_the_users_tf32_on_the_device(path, monkeypatch):
+    layer, X, w = tf32_case(path, monkeypatch, large=True)
+    layer, X, w = layer.cuda(), X.cuda(), w.cuda()
+    norm_err, sum_err = tf32_errors(layer, X, w, _users_tf32)
+    assert norm_err < 1e-5, f"{path}: a per-example norm is off by {norm_err:.2g} relative (TF32: about 5e-4)"
+    assert sum_err < 1e-5, f"{path}: the sum is off by {sum_err:.2g} relative (TF32: about 5e-4)"

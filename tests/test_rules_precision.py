@@ -21,9 +21,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import skdp.engine.hooks as hooks
 import skdp.engine.layers as layers
-from skdp.engine import DPSGDEngine, make_clipper
+from skdp.engine import DPSGDEngine, check_module, make_clipper
 from skdp.exceptions import UnsupportedModuleError
 
 
@@ -455,3 +457,143 @@ def test_full_float32_turns_autocast_off_on_every_device_type(monkeypatch):
         inside = {d for d in ("xpu", "mps") if torch.is_autocast_enabled(d)}
     assert ("xpu", False) in entered and ("mps", False) in entered, entered
     assert not inside
+
+
+_FLOAT8 = [d for d in (getattr(torch, n, None) for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                                                         "float8_e5m2fnuz", "float8_e8m0fnu")) if d is not None]
+
+
+class _Float8Gain(nn.Module):
+    def __init__(self, d, dtype):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d).to(dtype))
+
+    def forward(self, X):
+        return X * self.w.float()
+
+
+# Review s39 F1: float8 parameters can require grad; _low_precision refused f16/bf16/complex only, so the check
+# passed them (path "vmap" or "rule") and the first lot crashed inside the step ("norm_cpu" not implemented).
+@pytest.mark.parametrize("dtype", _FLOAT8, ids=str)
+def test_float8_parameters_are_refused_by_name_before_any_release(dtype):
+    model = nn.Sequential(_Float8Gain(8, dtype), nn.Linear(8, 3))
+    refused = {r.name: r.reason for r in check_module(model).refusals}
+    assert "0" in refused and str(dtype) in refused["0"], refused
+    with pytest.raises(UnsupportedModuleError, match=str(dtype).split(".")[1]):  # at the engine's check
+        engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=6,
+                             generator=torch.Generator().manual_seed(0), clipping="vmap")
+        engine.private_gradients(lambda m, X, y: nn.functional.cross_entropy(m(X), y, reduction="none"),
+                                 (torch.randn(6, 8), torch.arange(6) % 3))
+    assert all(p.grad is None for p in model.parameters())
+
+
+# Review s39 F2: autocast of the private backend (privateuse1, e.g. torch_npu's "npu") is not in _AUTOCAST_DEVICES.
+def test_full_float32_turns_autocast_off_for_the_private_backend(monkeypatch):
+    name = torch._C._get_privateuse1_backend_name()
+    real = torch.is_autocast_enabled
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda d="cuda": d == name or real(d))
+    assert name in layers._autocast_on()
+
+
+# Review s39 F4: TF32 emulated on the CPU: every float32 operand of a matmul or a convolution is rounded to TF32's
+# 10 mantissa bits whenever torch's settings say TF32 when the op runs. The five paths of tests/test_cuda.py, with
+# their power checked in the same test (full_float32 made a no-op must fail each path), whatever kernels a GPU picks.
+_aten = torch.ops.aten
+_MM = {_aten.mm.default, _aten.bmm.default, _aten.addmm.default, _aten.baddbmm.default, _aten.mv.default,
+       _aten.dot.default}
+_CONV = {_aten.convolution.default, _aten.convolution_backward.default}
+
+
+def _tf32(t):
+    if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32):
+        return t
+    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32).reshape(t.shape)
+
+
+class _EmulatedTF32(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if ((func in _MM and torch.backends.cuda.matmul.fp32_precision == "tf32")
+                or (func in _CONV and torch.backends.cudnn.conv.fp32_precision == "tf32")):
+            args = tuple(_tf32(a) for a in args)
+        return func(*args, **(kwargs or {}))
+
+
+#: The rule paths the TF32 tests force (here on the CPU under emulated TF32, and in tests/test_cuda.py on a GPU).
+TF32_PATHS = ["linear-ghost", "linear-instantiated", "conv-ghost", "conv-unfold", "conv-grouped"]
+
+
+def tf32_case(path, monkeypatch, large=False):
+    """A layer, its input ``X`` and the loss weights ``w`` for one rule ``path``, which is forced.
+
+    Every value is +-(1 + 2^-12): exact in float32, rounded to +-1 by TF32, so a rule left in TF32 is off by about
+    2^-11 relative in every gradient entry and full float32 by about 2^-24. The layer's input is the data and its
+    output gradient the loss's weight (no matmul before the rules): both exact under any setting. ``large``: shapes
+    for which cuBLAS and cuDNN take their TF32 kernels (they run small ones exact in any mode).
+    """
+    gen = torch.Generator().manual_seed(0)  # the test's data only
+
+    def pm(*shape):
+        return (torch.randint(0, 2, shape, generator=gen) * 2 - 1).float() * (1 + 2.0 ** -12)
+    kind, way = path.split("-")
+    B, side, d, p, T, out = (16, 14, 128, 128, 64, 32) if large else (8, 6, 32, 24, 8, 8)
+    if kind == "linear":
+        layer, X = nn.Linear(d, p), pm(B, T, d)
+    else:
+        layer = nn.Conv2d({"ghost": 2 * out, "unfold": 3, "grouped": 16}[way], out, 3, padding=1)
+        X = pm(B, layer.in_channels, side, side)
+    with torch.no_grad():
+        layer.weight.copy_(pm(*layer.weight.shape))
+        layer.bias.copy_(pm(*layer.bias.shape))
+        w = pm(*layer(X).shape)
+    monkeypatch.setattr(layers, "_ghost_is_cheaper", lambda *_: way == "ghost")
+    monkeypatch.setattr(layers, "UNFOLD_CHANNELS", 0)  # the per-example weight gradients' way, forced
+    monkeypatch.setattr(layers, "UNFOLD_LIMIT", float("inf") if way == "unfold" else 0)
+    return layer, X, w
+
+
+def tf32_errors(layer, X, w, run=contextlib.nullcontext):
+    """The rules' largest relative error in a per-example norm and in the (unclipped) sum, against float64 on the
+    CPU one example at a time; the clipper runs inside ``run()`` (a TF32 setting, emulated or real)."""
+    import copy
+    ref = copy.deepcopy(layer).double().cpu()
+    per_example = [torch.cat([g.flatten() for g in torch.autograd.grad(
+        (ref(X[i:i + 1].double().cpu()) * w[i:i + 1].double().cpu()).sum(), list(ref.parameters()))])
+        for i in range(len(X))]
+    want_norms, want_sum = torch.stack([g.norm() for g in per_example]), sum(per_example)
+    with run():
+        clipper = make_clipper(layer, "ghost")
+        _, pairs, norms = clipper.clipped_sum(lambda m, X, w: (m(X) * w).flatten(1).sum(1), (X, w), 1e9)
+        clipper.remove()
+    got = {id(p): s for p, s in pairs}
+    got_sum = torch.cat([got[id(p)].double().cpu().flatten() for p in layer.parameters()])
+    return (float(((norms.double().cpu() - want_norms).abs() / want_norms).max()),
+            float((got_sum - want_sum).norm() / want_sum.norm()))
+
+
+@contextlib.contextmanager
+def _emulated_tf32():
+    leaves = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    saved = [leaf.fp32_precision for leaf in leaves]
+    try:
+        for leaf in leaves:
+            leaf.fp32_precision = "tf32"
+        with _EmulatedTF32():
+            yield
+    finally:
+        for leaf, value in zip(leaves, saved):
+            leaf.fp32_precision = value
+
+
+@pytest.mark.parametrize("rules", ["full_float32", "no-op (power)"])
+@pytest.mark.parametrize("path", TF32_PATHS)
+def test_the_rules_ignore_emulated_tf32(path, rules, monkeypatch):
+    if not layers._PRECISION_LEAVES:
+        pytest.skip("torch < 2.9: no fp32_precision leaves to emulate TF32 under")
+    layer, X, w = tf32_case(path, monkeypatch)
+    if rules != "full_float32":
+        monkeypatch.setattr(hooks, "full_float32", contextlib.nullcontext)
+    err = max(tf32_errors(layer, X, w, _emulated_tf32))
+    if rules == "full_float32":
+        assert err < 1e-5, f"{path}: off by {err:.2g} relative under the user's TF32"
+    else:
+        assert err > 1e-4, f"{path}: no power (off by {err:.2g} with full_float32 turned off)"

@@ -173,27 +173,25 @@ class ModuleCheck(list):
 
 #: Parameter dtypes DP-SGD refuses to train (review s38b F-B): per-example norms, clipping and noise in half
 #: precision round a record's contribution past the bound (1.008 C measured in bfloat16), on every clipping path.
-_LOW = (torch.float16, torch.bfloat16)
+#: The dtypes a trainable parameter may have: the rules, the clipping and the real Gaussian noise are exact only
+#: for these (an allow-list: float8 came through a list of refused dtypes, review s39 F1).
+_TRAINABLE_DTYPES = (torch.float32, torch.float64)
 
 
 def _low_precision(params):
     """Why ``params`` cannot be trained privately in their dtype (a sentence), or "" when they can.
 
-    Half precision rounds a record's contribution past the clipping bound (review s38b F-B). Complex parameters
-    are refused too: no rule clips a complex gradient, and the noise is real Gaussian (they crashed at the first
-    lot before, with a dtype error from inside the step).
+    Half precision rounds a record's contribution past the clipping bound (review s38b F-B); float8 does more.
+    Complex parameters have no clipping rule and the noise is real Gaussian (they crashed inside the first lot
+    before, as float8 did: reviews s38c, s39 F1).
     """
-    params = [p for p in params if p.requires_grad]
-    low = sorted({str(p.dtype) for p in params if p.dtype in _LOW})
-    if low:
-        return (f"trains parameters in {', '.join(low)}: per-example norms, clipping and noise in half precision "
-                "round a record's contribution past the clipping bound; train in float32 (model.float())")
-    complex_ = sorted({str(p.dtype) for p in params if p.is_complex()})
-    if complex_:
-        return (f"trains complex parameters ({', '.join(complex_)}): per-example clipping and the Gaussian noise "
-                "are defined for real parameters only; keep the real and imaginary parts as two real parameters "
-                "(torch.complex(re, im) in the forward)")
-    return ""
+    bad = sorted({str(p.dtype) for p in params if p.requires_grad and p.dtype not in _TRAINABLE_DTYPES})
+    if not bad:
+        return ""
+    return (f"trains parameters in {', '.join(bad)}: per-example clipping and noise are exact only for real "
+            "float32 or float64 parameters (half or 8-bit precision rounds a record's contribution past the "
+            "clipping bound; a complex gradient has no clipping rule, and the noise is real); train in float32 "
+            "(model.float()), with a complex parameter kept as two real ones (torch.complex(re, im) in the forward)")
 
 
 def check_precision(module):

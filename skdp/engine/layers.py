@@ -321,18 +321,21 @@ def full_float32():
         yield
 
 
-#: The device types torch's autocast knows (besides a registered private backend).
+#: The device types torch's autocast knows, besides the private backend (``_autocast_on`` adds it by its name).
 _AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "xla", "ipu", "mtia", "maia")
 
 
 def _autocast_on():
-    """The device types autocast is on for in this thread: CPU and CUDA always (torch < 2.4 asks per type only
-    for them), and any other accelerator whose autocast is on (xpu, mps, hpu...: reviews s38d H1 and its note)."""
+    """The device types to turn autocast off for in this thread: CPU, and CUDA where there is one, always; any
+    other accelerator whose autocast is on, the private backend included under its registered name (torch_npu's
+    "npu"): reviews s38d H1, s39 F2."""
+    always = ["cpu", "cuda"][:1 + torch.cuda.is_available()]
+    others = [*_AUTOCAST_DEVICES[2:], torch._C._get_privateuse1_backend_name()]
     try:
-        return ["cpu", "cuda"][:1 + torch.cuda.is_available()] + [
-            d for d in _AUTOCAST_DEVICES[2:] if torch.is_autocast_enabled(d)]
-    except TypeError:  # torch < 2.4: is_autocast_enabled() takes no device type
-        return ["cpu", "cuda"][:1 + torch.cuda.is_available()]
+        return always + [d for d in dict.fromkeys(others) if torch.is_autocast_enabled(d)]
+    except TypeError:  # torch < 2.4: no device type argument; the per-type getters where torch has them
+        return always + [d for d in dict.fromkeys(others)
+                         if getattr(torch, f"is_autocast_{d}_enabled", lambda: False)()]
 
 
 def _untrusted(norm_sq, magnitude, error):
