@@ -167,7 +167,7 @@ def scattering():
                      ("J 1, no normalisation", {"J": 1, "normalize": "none"})):
         rows.append(("digits-dev", f"scattering {name}", {}, {"scattering": st}))
     for name, st in (("J 2, 27 groups (auto)", {"J": 2, "n_groups": 27}), ("J 2, 81 groups", {"J": 2, "n_groups": 81}),
-                     ("J 1, 9 groups", {"J": 1, "n_groups": 9})):
+                     ("J 1, 9 groups", {"J": 1, "n_groups": 9}), ("J 3, 217 groups", {"J": 3, "n_groups": 217})):
         rows.append(("mnist-dev", f"scattering {name}", {}, {"scattering": st}))
     return rows
 
