@@ -16,6 +16,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import types
 
 import pytest
 import torch
@@ -597,3 +598,49 @@ def test_the_rules_ignore_emulated_tf32(path, rules, monkeypatch):
         assert err < 1e-5, f"{path}: off by {err:.2g} relative under the user's TF32"
     else:
         assert err > 1e-4, f"{path}: no power (off by {err:.2g} with full_float32 turned off)"
+
+
+# Review s39b G1: on torch < 2.4 (setup.cfg allows 2.1) is_autocast_enabled() takes no device type, and autocast reads the
+# private backend's state from its device module (torch.<name>.is_autocast_enabled()), xpu's and hpu's from
+# torch.xpu.is_autocast_xpu_enabled / torch.hpu.is_autocast_hpu_enabled: none is a top-level
+# torch.is_autocast_<d>_enabled, so the fallback never names them (torch 2.1-2.3 autocast_mode.__enter__).
+@pytest.mark.parametrize("device, module_getter", [("npu", "is_autocast_enabled"),
+                                                    ("xpu", "is_autocast_xpu_enabled"),
+                                                    ("hpu", "is_autocast_hpu_enabled")])
+def test_autocast_on_finds_the_backends_on_torch_before_2_4(monkeypatch, device, module_getter):
+    def old_is_autocast_enabled(*args):  # torch < 2.4: the CUDA getter, no argument
+        if args:
+            raise TypeError("is_autocast_enabled() takes 0 positional arguments but 1 was given")
+        return False
+    monkeypatch.setattr(torch, "is_autocast_enabled", old_is_autocast_enabled)
+    if device == "npu":
+        monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "npu")
+    monkeypatch.setattr(torch, device, types.SimpleNamespace(**{module_getter: lambda: True}), raising=False)
+    assert device in layers._autocast_on()
+
+
+# Review s39b G2: a model mixing float32 and float64 trainable parameters passes the allow-list and the module check, then
+# crashes inside the first lot with torch's dtype error (ghost: layers.py clipped, "expected m1 and m2 to have the
+# same dtype"; vmap: functional._clip tensordot, "both inputs should have same dtype"), as float8 did (s39 F1).
+class _Mixed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 3).double()
+
+    def forward(self, X):
+        return self.b(torch.relu(self.a(X)).double())
+
+
+@pytest.mark.parametrize("clipping", ["ghost", "vmap"])
+def test_mixed_float32_float64_parameters_train_or_are_refused_by_name(clipping):
+    model = _Mixed()
+    try:
+        engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=6,
+                             generator=torch.Generator().manual_seed(0), clipping=clipping)
+        engine.private_gradients(lambda m, X, y: nn.functional.cross_entropy(m(X).float(), y, reduction="none"),
+                                 (torch.randn(6, 8), torch.arange(6) % 3))
+    except UnsupportedModuleError as error:  # refused by name before any release is fine
+        assert "float64" in str(error) and "float32" in str(error)
+        assert all(p.grad is None for p in model.parameters())
+    else:
+        assert all(p.grad is not None and p.grad.dtype == p.dtype for p in model.parameters())

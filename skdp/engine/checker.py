@@ -179,23 +179,33 @@ _TRAINABLE_DTYPES = (torch.float32, torch.float64)
 
 
 def _low_precision(params):
-    """Why ``params`` cannot be trained privately in their dtype (a sentence), or "" when they can.
+    """Why ``params`` cannot be trained privately in their dtypes (a sentence), or "" when they can.
 
     Half precision rounds a record's contribution past the clipping bound (review s38b F-B); float8 does more.
     Complex parameters have no clipping rule and the noise is real Gaussian (they crashed inside the first lot
-    before, as float8 did: reviews s38c, s39 F1).
+    before, as float8 did: reviews s38c, s39 F1). float32 and float64 together: the per-layer norms, the
+    clipping factors and the sums run in one dtype (a mixed model crashed inside the first lot: review s39b G2).
     """
-    bad = sorted({str(p.dtype) for p in params if p.requires_grad and p.dtype not in _TRAINABLE_DTYPES})
-    if not bad:
-        return ""
-    return (f"trains parameters in {', '.join(bad)}: per-example clipping and noise are exact only for real "
-            "float32 or float64 parameters (half or 8-bit precision rounds a record's contribution past the "
-            "clipping bound; a complex gradient has no clipping rule, and the noise is real); train in float32 "
-            "(model.float()), with a complex parameter kept as two real ones (torch.complex(re, im) in the forward)")
+    dtypes = sorted({str(p.dtype) for p in params if p.requires_grad})
+    bad = [d for d in dtypes if d not in _TRAINABLE_NAMES]
+    if bad:
+        return (f"trains parameters in {', '.join(bad)}: per-example clipping and noise are exact only for real "
+                "float32 or float64 parameters (half or 8-bit precision rounds a record's contribution past the "
+                "clipping bound; a complex gradient has no clipping rule, and the noise is real); train in float32 "
+                "(model.float()), with a complex parameter kept as two real ones (torch.complex(re, im) in the "
+                "forward)")
+    if len(dtypes) > 1:
+        return (f"trains parameters in {' and '.join(dtypes)} together: the per-example norms, the clipping and "
+                "the noise run in one dtype; convert the whole model to one (model.float() or model.double())")
+    return ""
+
+
+_TRAINABLE_NAMES = frozenset(str(d) for d in _TRAINABLE_DTYPES)
 
 
 def check_precision(module):
-    """Raise ``UnsupportedModuleError`` when ``module`` trains half-precision parameters.
+    """Raise ``UnsupportedModuleError`` when ``module`` trains parameters in a dtype other than float32 or float64
+    (half precision, float8, complex), or in both of those.
 
     ``check_module`` refuses them before the first clipped step; the clippers also call this on every lot, since
     a model converted after that check (``model.to(torch.bfloat16)``) would otherwise train and release
@@ -266,6 +276,10 @@ def check_module(module, clipping="auto"):
         for _, p in own:
             owners.setdefault(id(p), []).append(name)
         layers.append((name, sub))
+    # Layers in float32 beside layers in float64: refused at the root (each layer alone is fine).
+    mixed = _low_precision(p for _, sub in layers for p in sub.parameters(recurse=False))
+    if mixed and not any(_low_precision(sub.parameters(recurse=False)) for _, sub in layers):
+        rows.append(LayerCheck("", type(module).__name__, "refused", mixed))
     for name, sub in layers:
         kind = type(sub).__name__
         low = _low_precision(sub.parameters(recurse=False))

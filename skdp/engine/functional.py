@@ -64,7 +64,7 @@ class FunctionalClipper:
         # so there is nothing to probe.
         module = self.module
         check_dp_compatible(module)  # train/eval modes may have changed since construction
-        check_precision(module)  # ... and the dtypes (half precision is refused: checker._LOW)
+        check_precision(module)  # ... and the dtypes (float32 or float64 only: checker._TRAINABLE_DTYPES)
         named = dict(module.named_parameters())
         params = {k: p.detach() for k, p in named.items() if p.requires_grad}
         frozen = {k: p.detach() for k, p in named.items() if not p.requires_grad}

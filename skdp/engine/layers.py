@@ -330,12 +330,23 @@ def _autocast_on():
     other accelerator whose autocast is on, the private backend included under its registered name (torch_npu's
     "npu"): reviews s38d H1, s39 F2."""
     always = ["cpu", "cuda"][:1 + torch.cuda.is_available()]
-    others = [*_AUTOCAST_DEVICES[2:], torch._C._get_privateuse1_backend_name()]
+    private = getattr(torch._C, "_get_privateuse1_backend_name", lambda: "privateuseone")()
+    others = list(dict.fromkeys([*_AUTOCAST_DEVICES[2:], private]))
     try:
-        return always + [d for d in dict.fromkeys(others) if torch.is_autocast_enabled(d)]
-    except TypeError:  # torch < 2.4: no device type argument; the per-type getters where torch has them
-        return always + [d for d in dict.fromkeys(others)
-                         if getattr(torch, f"is_autocast_{d}_enabled", lambda: False)()]
+        return always + [d for d in others if torch.is_autocast_enabled(d)]
+    except TypeError:  # torch < 2.4: no device type argument; each backend's own getter (review s39b G1)
+        return always + [d for d in others if _legacy_autocast_getter(d, private)()]
+
+
+def _legacy_autocast_getter(device_type, private):
+    """Where torch < 2.4's autocast reads a device type's state: ``torch.xpu.is_autocast_xpu_enabled`` (xpu, hpu),
+    the private backend's module (``torch.npu.is_autocast_enabled``), else ``torch.is_autocast_<d>_enabled``
+    (ipu, xla); a getter that is missing answers False."""
+    module = getattr(torch, device_type, None)
+    if device_type == private:
+        return getattr(module, "is_autocast_enabled", lambda: False)
+    return (getattr(module, f"is_autocast_{device_type}_enabled", None)
+            or getattr(torch, f"is_autocast_{device_type}_enabled", lambda: False))
 
 
 def _untrusted(norm_sq, magnitude, error):
