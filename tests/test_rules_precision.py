@@ -644,3 +644,34 @@ def test_mixed_float32_float64_parameters_train_or_are_refused_by_name(clipping)
         assert all(p.grad is None for p in model.parameters())
     else:
         assert all(p.grad is not None and p.grad.dtype == p.dtype for p in model.parameters())
+
+
+# Review s39c H1: the G2 root row is named "" like the root's own layer row, so paths() (a dict by name) drops the refusal
+# when the root has trainable parameters of its own (a float64 temperature beside float32 layers).
+class _RootParam(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 3)
+        self.temperature = nn.Parameter(torch.ones((), dtype=torch.float64))
+
+    def forward(self, X):
+        return self.body(X) / self.temperature.float()
+
+
+def test_paths_keeps_the_root_refusal_of_a_mixed_model_whose_root_has_parameters():
+    report = check_module(_RootParam())
+    assert not report.ok
+    assert "refused" in report.paths().values()
+
+
+# Review s39c H2: on torch < 2.4, a device module whose getter attribute is present but not callable crashes every lot
+# (TypeError out of the except handler) instead of answering False like a missing getter.
+def test_legacy_autocast_getter_with_a_non_callable_attribute(monkeypatch):
+    def old_is_autocast_enabled(*args):
+        if args:
+            raise TypeError("is_autocast_enabled() takes 0 positional arguments but 1 was given")
+        return False
+    monkeypatch.setattr(torch, "is_autocast_enabled", old_is_autocast_enabled)
+    monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "npu")
+    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_autocast_enabled=None), raising=False)
+    assert layers._autocast_on() == ["cpu", "cuda"][:1 + torch.cuda.is_available()]

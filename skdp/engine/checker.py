@@ -276,10 +276,11 @@ def check_module(module, clipping="auto"):
         for _, p in own:
             owners.setdefault(id(p), []).append(name)
         layers.append((name, sub))
-    # Layers in float32 beside layers in float64: refused at the root (each layer alone is fine).
+    # Layers in float32 beside layers in float64: refused for the whole model (each layer alone is fine), in a row
+    # of its own: "<root>", since the root's own layer row is "" (review s39c H1: paths() lost the refusal).
     mixed = _low_precision(p for _, sub in layers for p in sub.parameters(recurse=False))
     if mixed and not any(_low_precision(sub.parameters(recurse=False)) for _, sub in layers):
-        rows.append(LayerCheck("", type(module).__name__, "refused", mixed))
+        rows.append(LayerCheck("<root>", type(module).__name__, "refused", mixed))
     for name, sub in layers:
         kind = type(sub).__name__
         low = _low_precision(sub.parameters(recurse=False))
