@@ -600,8 +600,8 @@ def test_the_rules_ignore_emulated_tf32(path, rules, monkeypatch):
         assert err > 1e-4, f"{path}: no power (off by {err:.2g} with full_float32 turned off)"
 
 
-# Review s39b G1: on torch < 2.4 (setup.cfg allows 2.1) is_autocast_enabled() takes no device type, and autocast reads the
-# private backend's state from its device module (torch.<name>.is_autocast_enabled()), xpu's and hpu's from
+# Review s39b G1: on torch < 2.4 (setup.cfg allows 2.1) is_autocast_enabled() takes no device type, and autocast reads
+# the private backend's state from its device module (torch.<name>.is_autocast_enabled()), xpu's and hpu's from
 # torch.xpu.is_autocast_xpu_enabled / torch.hpu.is_autocast_hpu_enabled: none is a top-level
 # torch.is_autocast_<d>_enabled, so the fallback never names them (torch 2.1-2.3 autocast_mode.__enter__).
 @pytest.mark.parametrize("device, module_getter", [("npu", "is_autocast_enabled"),
@@ -619,9 +619,9 @@ def test_autocast_on_finds_the_backends_on_torch_before_2_4(monkeypatch, device,
     assert device in layers._autocast_on()
 
 
-# Review s39b G2: a model mixing float32 and float64 trainable parameters passes the allow-list and the module check, then
-# crashes inside the first lot with torch's dtype error (ghost: layers.py clipped, "expected m1 and m2 to have the
-# same dtype"; vmap: functional._clip tensordot, "both inputs should have same dtype"), as float8 did (s39 F1).
+# Review s39b G2: a model mixing float32 and float64 trainable parameters passes the allow-list and the module check,
+# then crashes inside the first lot with torch's dtype error (ghost: layers.py clipped, "expected m1 and m2 to have
+# the same dtype"; vmap: functional._clip tensordot, "both inputs should have same dtype"), as float8 did (s39 F1).
 class _Mixed(nn.Module):
     def __init__(self):
         super().__init__()
@@ -646,8 +646,8 @@ def test_mixed_float32_float64_parameters_train_or_are_refused_by_name(clipping)
         assert all(p.grad is not None and p.grad.dtype == p.dtype for p in model.parameters())
 
 
-# Review s39c H1: the G2 root row is named "" like the root's own layer row, so paths() (a dict by name) drops the refusal
-# when the root has trainable parameters of its own (a float64 temperature beside float32 layers).
+# Review s39c H1: the G2 root row is named "" like the root's own layer row, so paths() (a dict by name) drops the
+# refusal when the root has trainable parameters of its own (a float64 temperature beside float32 layers).
 class _RootParam(nn.Module):
     def __init__(self):
         super().__init__()
@@ -675,3 +675,53 @@ def test_legacy_autocast_getter_with_a_non_callable_attribute(monkeypatch):
     monkeypatch.setattr(torch._C, "_get_privateuse1_backend_name", lambda: "npu")
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_autocast_enabled=None), raising=False)
     assert layers._autocast_on() == ["cpu", "cuda"][:1 + torch.cuda.is_available()]
+
+
+# Review s39d K1: torch.is_autocast_enabled(device_type) exists from torch 2.4, but raises RuntimeError ("unknown
+# device type for autocast in get_autocast_dispatch_key_from_device_type") for a type missing from its switch: the
+# tables below are read from each wheel's torch/include/ATen/autocast_mode.h.
+_AUTOCAST_TYPES = {
+    "2.4": {"cuda", "cpu", "xpu", "ipu", "hpu", "xla", "privateuseone"},
+    "2.5-2.6": {"cuda", "cpu", "xpu", "ipu", "hpu", "xla", "privateuseone", "mps"},
+    "2.7": {"cuda", "cpu", "mtia", "xpu", "ipu", "hpu", "xla", "privateuseone", "mps"},
+}
+
+
+@pytest.mark.parametrize("version", sorted(_AUTOCAST_TYPES))
+def test_a_lot_trains_on_a_torch_whose_autocast_knows_fewer_device_types(version, monkeypatch):
+    known, real = _AUTOCAST_TYPES[version], torch.is_autocast_enabled
+
+    def is_autocast_enabled(device_type="cuda"):
+        if device_type not in known:
+            raise RuntimeError("unknown device type for autocast in get_autocast_dispatch_key_from_device_type")
+        return real(device_type)
+    monkeypatch.setattr(torch, "is_autocast_enabled", is_autocast_enabled)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=6,
+                         generator=torch.Generator().manual_seed(0))
+    engine.private_gradients(lambda m, X, y: nn.functional.cross_entropy(m(X), y, reduction="none"),
+                             (torch.randn(6, 8), torch.arange(6) % 3))
+    assert all(p.grad is not None for p in model.parameters())
+
+
+# Review s39d K2: a child named "<root>" (nn.Module.add_module accepts it) takes the mixed-dtype row's name: paths()
+# loses the refusal again, as in review s39c H1.
+def test_paths_keeps_the_mixed_refusal_beside_a_child_named_root():
+    model = nn.Module()
+    model.add_module("<root>", nn.Linear(8, 3))
+    model.add_module("head", nn.Linear(3, 3).double())
+    report = check_module(model)
+    assert not report.ok
+    assert "refused" in report.paths().values()
+
+
+# Review s39d K3: the table printed the root's own layer row ("") and the mixed-dtype row ("<root>") under one label
+# with two paths.
+def test_the_table_names_the_mixed_row_apart_from_the_roots_own_layer():
+    class RootParam(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 3)
+            self.temperature = nn.Parameter(torch.ones((), dtype=torch.float64))
+    labels = [line.split(":")[0] for line in str(check_module(RootParam())).splitlines()]
+    assert len(labels) == len(set(labels)), labels

@@ -276,14 +276,17 @@ def check_module(module, clipping="auto"):
         for _, p in own:
             owners.setdefault(id(p), []).append(name)
         layers.append((name, sub))
-    # Layers in float32 beside layers in float64: refused for the whole model (each layer alone is fine), in a row
-    # of its own: "<root>", since the root's own layer row is "" (review s39c H1: paths() lost the refusal).
+    # Layers in float32 beside layers in float64: refused for the whole model (each layer alone is fine), in the
+    # root's row "", the one name no submodule can take (its own layer row when it has parameters: one row a name,
+    # reviews s39c H1, s39d K2/K3).
     mixed = _low_precision(p for _, sub in layers for p in sub.parameters(recurse=False))
-    if mixed and not any(_low_precision(sub.parameters(recurse=False)) for _, sub in layers):
-        rows.append(LayerCheck("<root>", type(module).__name__, "refused", mixed))
+    if any(_low_precision(sub.parameters(recurse=False)) for _, sub in layers):
+        mixed = ""  # a layer's own refusal names its dtypes first
+    if mixed and "" not in refused and all(name for name, _ in layers):
+        rows.append(LayerCheck("", type(module).__name__, "refused", mixed))
     for name, sub in layers:
         kind = type(sub).__name__
-        low = _low_precision(sub.parameters(recurse=False))
+        low = _low_precision(sub.parameters(recurse=False)) or (mixed if name == "" else "")
         if low:
             rows.append(LayerCheck(name, kind, "refused", low))
             continue

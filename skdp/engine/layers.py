@@ -331,11 +331,18 @@ def _autocast_on():
     "npu"): reviews s38d H1, s39 F2."""
     always = ["cpu", "cuda"][:1 + torch.cuda.is_available()]
     private = getattr(torch._C, "_get_privateuse1_backend_name", lambda: "privateuseone")()
-    others = list(dict.fromkeys([*_AUTOCAST_DEVICES[2:], private]))
+    return always + [d for d in dict.fromkeys([*_AUTOCAST_DEVICES[2:], private]) if _autocast_enabled(d, private)]
+
+
+def _autocast_enabled(device_type, private):
+    """Whether autocast is on for ``device_type`` in this thread; False for a type this torch's autocast does not
+    know (torch 2.4-2.7 raise for some of ours, e.g. "mps" on 2.4: every lot crashed, review s39d K1)."""
     try:
-        return always + [d for d in others if torch.is_autocast_enabled(d)]
+        return bool(torch.is_autocast_enabled(device_type))
     except TypeError:  # torch < 2.4: no device type argument; each backend's own getter (review s39b G1)
-        return always + [d for d in others if _legacy_autocast_getter(d, private)()]
+        return bool(_legacy_autocast_getter(device_type, private)())
+    except RuntimeError:  # "unknown device type for autocast": it cannot be on
+        return False
 
 
 def _legacy_autocast_getter(device_type, private):
