@@ -725,3 +725,15 @@ def test_the_table_names_the_mixed_row_apart_from_the_roots_own_layer():
             self.temperature = nn.Parameter(torch.ones((), dtype=torch.float64))
     labels = [line.split(":")[0] for line in str(check_module(RootParam())).splitlines()]
     assert len(labels) == len(set(labels)), labels
+
+
+# Review s39e N2: a root refused by a validator (a BatchNorm in train mode) whose children mix float32 and float64
+# lost the mixed-dtype reason: the user learnt of it only after fixing the first refusal.
+def test_a_validator_refused_root_still_names_the_mixed_dtypes():
+    class BNRoot(nn.BatchNorm1d):
+        def __init__(self):
+            super().__init__(3)
+            self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 3).double()
+    report = check_module(BNRoot().train())
+    assert not report.ok and "float64" in report.message() and "mixes the examples" in report.message()
+    assert list(report.paths()).count("") == 1

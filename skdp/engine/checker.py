@@ -282,7 +282,10 @@ def check_module(module, clipping="auto"):
     mixed = _low_precision(p for _, sub in layers for p in sub.parameters(recurse=False))
     if any(_low_precision(sub.parameters(recurse=False)) for _, sub in layers):
         mixed = ""  # a layer's own refusal names its dtypes first
-    if mixed and "" not in refused and all(name for name, _ in layers):
+    if mixed and "" in refused:  # the root is refused already (a validator): its row names the dtypes too
+        rows = [LayerCheck("", r.kind, "refused", f"{r.reason}; it also {mixed}") if r.name == "" else r
+                for r in rows]
+    elif mixed and all(name for name, _ in layers):
         rows.append(LayerCheck("", type(module).__name__, "refused", mixed))
     for name, sub in layers:
         kind = type(sub).__name__
