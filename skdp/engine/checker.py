@@ -171,10 +171,9 @@ class ModuleCheck(list):
         raise UnsupportedModuleError(self.message())
 
 
-#: Parameter dtypes DP-SGD refuses to train (review s38b F-B): per-example norms, clipping and noise in half
-#: precision round a record's contribution past the bound (1.008 C measured in bfloat16), on every clipping path.
 #: The dtypes a trainable parameter may have: the rules, the clipping and the real Gaussian noise are exact only
-#: for these (an allow-list: float8 came through a list of refused dtypes, review s39 F1).
+#: for these (half precision rounded a record's contribution past the bound, 1.008 C in bfloat16: review s38b F-B;
+#: an allow-list since float8 came through the list of refused dtypes that replaced: review s39 F1).
 _TRAINABLE_DTYPES = (torch.float32, torch.float64)
 
 
