@@ -173,7 +173,7 @@ class ModuleCheck(list):
 
 #: The dtypes a trainable parameter may have: the rules, the clipping and the real Gaussian noise are exact only
 #: for these (half precision rounded a record's contribution past the bound, 1.008 C in bfloat16: review s38b F-B;
-#: an allow-list since float8 came through the list of refused dtypes that replaced: review s39 F1).
+#: an allow-list, since float8 came through the earlier list of refused dtypes: review s39 F1).
 _TRAINABLE_DTYPES = (torch.float32, torch.float64)
 
 
