@@ -163,8 +163,6 @@ def test_auto_cnn_with_augmentation_on_the_device(digits, noise_devices):
     assert clf.predict(X16).shape == (len(y),)
 
 
-
-
 @contextlib.contextmanager
 def _users_tf32():
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
