@@ -328,3 +328,33 @@ def test_ordinary_models_stay_on_the_hooks_after_the_first_lots(name):
         engine.private_gradients(ce_loss, (lot, y[:len(lot)]))
     assert isinstance(engine.clipper, HookClipper) and engine.clipper._verified
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+class _ParamsUsedOutside(nn.Module):
+    """A Linear whose parameters the module applies itself (``F.linear``): the Linear's forward never runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 3)
+
+    def forward(self, X):
+        return nn.functional.linear(X, self.l.weight, self.l.bias)
+
+
+# Review s39b's note: no hooked layer runs its forward, so the hooks record nothing; the first-lot probe crashed
+# with torch's raw "`inputs` argument to `grad()` cannot be empty". It is a parameter used outside its layer: the
+# hooks refuse it by name (clipping="ghost"), and "auto" takes the exact vmap path.
+def test_parameters_used_outside_their_layer_are_refused_by_the_hooks_and_auto_falls_back():
+    X, y = torch.randn(6, 8), torch.arange(6) % 3
+    loss = lambda f, X, y: nn.functional.cross_entropy(f(X), y, reduction="none")  # noqa: E731
+    model = _ParamsUsedOutside()
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=6,
+                         generator=torch.Generator().manual_seed(0), clipping="ghost")
+    with pytest.raises(UnsupportedModelError, match="outside"):
+        engine.private_gradients(loss, (X, y))
+    assert all(p.grad is None for p in model.parameters())
+    model = _ParamsUsedOutside()
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=6,
+                         generator=torch.Generator().manual_seed(0), clipping="auto")
+    engine.private_gradients(loss, (X, y))
+    assert all(p.grad is not None for p in model.parameters())

@@ -263,11 +263,21 @@ class HookClipper:
                         f"alone and defined in the lot is taken from the other rows), which the per-layer rules "
                         f"cannot clip per example; {_FIX}, which computes each example's gradient alone.")
 
+    def _check_recorded(self, used):
+        """Refuse a forward in which no hooked layer ran while the model trains parameters: they are applied outside
+        their layers (``F.linear(X, self.l.weight)``), where no rule sees them (it crashed inside autograd before:
+        review s39b's note)."""
+        if not used and any(p.requires_grad for p in self.module.parameters()):
+            raise UnsupportedModelError(
+                "No layer with a per-layer rule ran its forward, yet the model trains parameters: they are used "
+                f"outside their layers (e.g. F.linear(X, self.l.weight)), where the hooks cannot clip them; {_FIX}.")
+
     def _prove(self, per_example_loss, inputs, alone):
         """Each example's norm and ``sum_i s_i g_i`` by the rules, in a lot of ``k``, equal to the examples alone."""
         k = len(alone)
         params = [(name, p) for name, p in self.module.named_parameters() if p.requires_grad]
         losses, used = self._forward(per_example_loss, inputs)
+        self._check_recorded(used)
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
         layers = self._merge_calls(used, grads)
         self._check_losses(losses, alone, k)
@@ -323,6 +333,7 @@ class HookClipper:
             self._verify(per_example_loss, tuple(t[:m] for t in probe), m)
         losses, used = self._forward(per_example_loss, inputs)
         self._check_example_dim(losses, used, n)
+        self._check_recorded(used)
         grads = torch.autograd.grad(losses.sum(), [rec[4] for rec in used], allow_unused=True)
         # Half-precision activations or gradients (layers run under autocast) are widened: the rules' norms and
         # shares come out in float32 (review s38d H1: in bfloat16 they passed C by 0.4 %).
