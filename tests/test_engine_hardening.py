@@ -358,3 +358,32 @@ def test_parameters_used_outside_their_layer_are_refused_by_the_hooks_and_auto_f
                          generator=torch.Generator().manual_seed(0), clipping="auto")
     engine.private_gradients(loss, (X, y))
     assert all(p.grad is not None for p in model.parameters())
+
+
+class _StopGradEncoder(nn.Module):
+    """A stop-gradient encoder: its Linear runs under no_grad, so only the head trains from this forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.head = nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, X):
+        with torch.no_grad():
+            h = torch.tanh(self.enc(X))
+        return self.head(h)
+
+
+# Review s39f F1: a hooked layer called under no_grad recorded an output that does not require grad, and the hooks'
+# autograd.grad over the recorded outputs raised ("One of the differentiated Tensors does not require grad") under
+# ghost and auto alike. Such a call sends no gradient back: it is dropped, and the release equals vmap's.
+@pytest.mark.parametrize("clipping", ["ghost", "auto"])
+def test_a_layer_called_under_no_grad_does_not_crash_the_hooks(clipping):
+    X, y = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)), torch.arange(8) % 3
+    loss = lambda f, X, y: nn.functional.cross_entropy(f(X), y, reduction="none")  # noqa: E731
+    model, ref = _StopGradEncoder(), _StopGradEncoder()
+    ref.load_state_dict(model.state_dict())
+    for m, how in ((model, clipping), (ref, "vmap")):
+        DPSGDEngine(m, max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=8,
+                    generator=torch.Generator().manual_seed(0), clipping=how).private_gradients(loss, (X, y))
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)

@@ -167,7 +167,10 @@ class HookClipper:
         finally:
             self._records = None
         # One record per call: (name, sub, rule, a, output); the calls of one layer are merged after the backward.
-        used = [(name, sub, rule, a, out) for name, sub, rule in self.layers for a, out in records.get(sub, ())]
+        # A call whose output does not require grad (run under no_grad: a stop-gradient encoder) sends no gradient
+        # back and is dropped (autograd.grad over it raised: review s39f F1).
+        used = [(name, sub, rule, a, out) for name, sub, rule in self.layers for a, out in records.get(sub, ())
+                if out.requires_grad]
         return losses, used
 
     @staticmethod
