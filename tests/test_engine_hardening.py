@@ -16,6 +16,7 @@ from torch import nn
 
 from skdp.engine import DPSGDEngine, make_clipper
 from skdp.engine.functional import FunctionalClipper
+from skdp.engine.layers import register
 from skdp.engine.hooks import HookClipper, UnsupportedModelError
 from test_engine import ce_loss, models, naive_clipped_sum
 
@@ -387,3 +388,46 @@ def test_a_layer_called_under_no_grad_does_not_crash_the_hooks(clipping):
                     generator=torch.Generator().manual_seed(0), clipping=how).private_gradients(loss, (X, y))
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+
+class _PairOut(nn.Module):
+    """A user-registered layer whose forward returns a tuple (its rule is never reached)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        return x * self.weight, None
+
+
+@register(_PairOut, params=("weight",))
+def _pair_rule(layer, a, g):  # pragma: no cover - the hooks refuse the layer before any rule runs
+    raise AssertionError("a tuple output reached the rule")
+
+
+class _PairModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p, self.h = _PairOut(), nn.Linear(8, 3)
+
+    def forward(self, X):
+        return self.h(self.p(X)[0])
+
+
+# Review s39g G1: the no_grad filter of f3120fd read out.requires_grad before _check_example_dim sees a non-tensor
+# output, so a layer returning a tuple raised AttributeError (ghost and auto alike) instead of being refused by name
+# (ghost) or sent to the vmap path (auto), as at f3120fd~1.
+@pytest.mark.parametrize("clipping", ["ghost", "auto"])
+def test_a_layer_with_a_tuple_output_is_refused_by_name_not_crashed(clipping):
+    X, y = torch.randn(8, 8, generator=torch.Generator().manual_seed(1)), torch.arange(8) % 3
+    loss = lambda f, X, y: nn.functional.cross_entropy(f(X), y, reduction="none")  # noqa: E731
+    model = _PairModel()
+    engine = DPSGDEngine(model, max_grad_norm=1.0, noise_multiplier=0.0, expected_batch_size=8,
+                         generator=torch.Generator().manual_seed(0), clipping=clipping)
+    if clipping == "ghost":
+        with pytest.raises(UnsupportedModelError, match="'p'.*tuple"):
+            engine.private_gradients(loss, (X, y))
+    else:
+        engine.private_gradients(loss, (X, y))
+        assert float(model.p.weight.grad.norm()) > 0

@@ -168,9 +168,10 @@ class HookClipper:
             self._records = None
         # One record per call: (name, sub, rule, a, output); the calls of one layer are merged after the backward.
         # A call whose output does not require grad (run under no_grad: a stop-gradient encoder) sends no gradient
-        # back and is dropped (autograd.grad over it raised: review s39f F1).
+        # back and is dropped (autograd.grad over it raised: review s39f F1). A non-tensor output is kept, for
+        # _check_example_dim to refuse by name (review s39g G1).
         used = [(name, sub, rule, a, out) for name, sub, rule in self.layers for a, out in records.get(sub, ())
-                if out.requires_grad]
+                if not isinstance(out, torch.Tensor) or out.requires_grad]
         return losses, used
 
     @staticmethod
