@@ -473,8 +473,8 @@ class _Float8Gain(nn.Module):
         return X * self.w.float()
 
 
-# Review s39 F1: float8 parameters can require grad; _low_precision refused f16/bf16/complex only, so the check
-# passed them (path "vmap" or "rule") and the first lot crashed inside the step ("norm_cpu" not implemented).
+# Review s39 F1: float8 parameters can require grad; the dtype check (then _low_precision) refused f16/bf16/complex
+# only, so the module check passed them (path "vmap" or "rule") and the first lot crashed inside the step.
 @pytest.mark.parametrize("dtype", _FLOAT8, ids=str)
 def test_float8_parameters_are_refused_by_name_before_any_release(dtype):
     model = nn.Sequential(_Float8Gain(8, dtype), nn.Linear(8, 3))

@@ -177,7 +177,7 @@ class ModuleCheck(list):
 _TRAINABLE_DTYPES = (torch.float32, torch.float64)
 
 
-def _low_precision(params):
+def _dtype_refusal(params):
     """Why ``params`` cannot be trained privately in their dtypes (a sentence), or "" when they can.
 
     Half precision rounds a record's contribution past the clipping bound (review s38b F-B); float8 does more.
@@ -210,7 +210,7 @@ def check_precision(module):
     a model converted after that check (``model.to(torch.bfloat16)``) would otherwise train and release
     (review s38c G1).
     """
-    low = _low_precision(module.parameters())
+    low = _dtype_refusal(module.parameters())
     if low:
         raise UnsupportedModuleError(f"The module {low}.")
 
@@ -278,9 +278,9 @@ def check_module(module, clipping="auto"):
     # Layers in float32 beside layers in float64: refused for the whole model (each layer alone is fine), in the
     # root's row "", the one name no submodule can take (its own layer row when it has parameters: one row a name,
     # reviews s39c H1, s39d K2/K3).
-    mixed = _low_precision(p for _, sub in layers for p in sub.parameters(recurse=False))
-    if any(_low_precision(sub.parameters(recurse=False)) for _, sub in layers):
-        mixed = ""  # a layer's own refusal names its dtypes first
+    own = {name: _dtype_refusal(sub.parameters(recurse=False)) for name, sub in layers}
+    # (a layer's own refusal names its dtypes first)
+    mixed = "" if any(own.values()) else _dtype_refusal(p for _, sub in layers for p in sub.parameters(recurse=False))
     if mixed and "" in refused:  # the root is refused already (a validator): its row names the dtypes too
         rows = [LayerCheck("", r.kind, "refused", f"{r.reason}; it also {mixed}") if r.name == "" else r
                 for r in rows]
@@ -288,7 +288,7 @@ def check_module(module, clipping="auto"):
         rows.append(LayerCheck("", type(module).__name__, "refused", mixed))
     for name, sub in layers:
         kind = type(sub).__name__
-        low = _low_precision(sub.parameters(recurse=False)) or (mixed if name == "" else "")
+        low = own[name] or (mixed if name == "" else "")
         if low:
             rows.append(LayerCheck(name, kind, "refused", low))
             continue
